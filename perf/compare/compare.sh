@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Side-by-side allreduce (float sum) bus bandwidth: ringcomm vs Open MPI over TCP loopback vs
+# Open MPI with its defaults (shared memory), same sizes, one table joined by size.
+#
+#   perf/compare/compare.sh [-n NRANKS] [-b MIN] [-e MAX] [-f F] [--build DIR]
+#                           [--iters N] [--warmup N] [--check 0|1]
+#
+# Sizes accept K/M/G suffixes (powers of 1024). Needs DIR/tools/ringrun, DIR/perf/ring_perf and
+# DIR/perf/mpi_allreduce (built by meson when it finds MPI) and mpirun on PATH.
+set -euo pipefail
+
+NRANKS=4
+MINB=4
+MAXB=64M
+FACTOR=2
+BUILD=build
+ITERS=20
+WARMUP=5
+CHECK=1
+
+usage() {
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        -n) need_arg "$@"; NRANKS=$2; shift 2 ;;
+        -b) need_arg "$@"; MINB=$2; shift 2 ;;
+        -e) need_arg "$@"; MAXB=$2; shift 2 ;;
+        -f) need_arg "$@"; FACTOR=$2; shift 2 ;;
+        --build) need_arg "$@"; BUILD=$2; shift 2 ;;
+        --build=*) BUILD=${1#--build=}; shift ;;
+        --iters) need_arg "$@"; ITERS=$2; shift 2 ;;
+        --warmup) need_arg "$@"; WARMUP=$2; shift 2 ;;
+        --check) need_arg "$@"; CHECK=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+[[ $NRANKS =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: -n must be a positive integer" >&2; exit 2; }
+
+RINGRUN=$BUILD/tools/ringrun
+RING_PERF=$BUILD/perf/ring_perf
+MPI_BENCH=$BUILD/perf/mpi_allreduce
+for f in "$RINGRUN" "$RING_PERF" "$MPI_BENCH"; do
+    [[ -x $f ]] || { echo "compare.sh: $f not found or not executable (build first; mpi_allreduce needs MPI at meson setup)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found" >&2; exit 2; }
+
+BENCH_ARGS=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -d float --csv)
+
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$NRANKS")
+# More ranks than cores: let idle Open MPI ranks yield instead of spinning on the cores the
+# others need (ringcomm's progress threads block in poll() and need no such knob).
+NCPU=$(nproc 2>/dev/null || echo 1)
+if (( NRANKS > NCPU )); then
+    MPIRUN+=(--mca mpi_yield_when_idle 1)
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+CMD_RING=("$RINGRUN" -n "$NRANKS" -- "$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
+CMD_TCP=("${MPIRUN[@]}" --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo "$MPI_BENCH" "${BENCH_ARGS[@]}")
+CMD_DEF=("${MPIRUN[@]}" "$MPI_BENCH" "${BENCH_ARGS[@]}")
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringcmp.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+echo "# compare.sh: allreduce float sum, $NRANKS ranks on $(hostname), $NCPU cores, $(date '+%Y-%m-%d %H:%M:%S %z')"
+echo "# ringcomm     : ${CMD_RING[*]}"
+echo "# OMPI-TCP     : ${CMD_TCP[*]}"
+echo "# OMPI-default : ${CMD_DEF[*]}"
+for v in RING_NSOCKS RING_CHUNK_BYTES RING_PIPELINE_DEPTH RING_SOCKBUF_BYTES; do
+    [[ -n ${!v:-} ]] && echo "# env: $v=${!v}"
+done
+echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
+
+status=0
+run() { # name outfile cmd...
+    local name=$1 out=$2
+    shift 2
+    local rc=0
+    "$@" >"$out.raw" 2>"$out.err" || rc=$?
+    if (( rc != 0 )); then
+        echo "# $name FAILED (exit $rc); its stderr:" >&2
+        sed 's/^/#   /' "$out.err" | tail -n 40 >&2
+        status=1
+    fi
+    # ringrun prefixes lines with "[rank] "; keep only the CSV rows of rank 0.
+    sed -E 's/^\[[0-9]+\] //' "$out.raw" | grep -E '^allreduce,' >"$out" || true
+    grep -h -E '^(\[[0-9]+\] )?# (ringcomm|Open MPI)' "$out.err" "$out.raw" 2>/dev/null \
+        | sed -E 's/^\[[0-9]+\] //; s/^# /# '"$name"': /' | head -n 1 || true
+}
+
+run ringcomm "$TMP/ring.csv" "${CMD_RING[@]}"
+run OMPI-TCP "$TMP/tcp.csv" "${CMD_TCP[@]}"
+run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
+
+# CSV columns: collective,nranks,size,count,type,redop,root,inplace,time_us,algbw,busbw,wrong
+awk -F, '
+    FILENAME ~ /ring\.csv$/ { r_bw[$3] = $11; r_t[$3] = $9; r_w[$3] = $12; sizes[$3] = 1 }
+    FILENAME ~ /tcp\.csv$/  { t_bw[$3] = $11; t_t[$3] = $9; t_w[$3] = $12; sizes[$3] = 1 }
+    FILENAME ~ /def\.csv$/  { d_bw[$3] = $11; d_t[$3] = $9; d_w[$3] = $12; sizes[$3] = 1 }
+    function f(a, k, fmt) { return (k in a) ? sprintf(fmt, a[k]) : "-" }
+    END {
+        printf("#\n# %10s  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", "size", "ringcomm", "OMPI-TCP", "OMPI-def",
+               "ring/TCP", "ringcomm", "OMPI-TCP", "OMPI-def")
+        printf("# %10s  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", "(B)", "busbw GB/s", "busbw GB/s", "busbw GB/s",
+               "busbw", "time (us)", "time (us)", "time (us)")
+        n = 0
+        for (s in sizes) list[n++] = s + 0
+        # insertion sort (portable awk)
+        for (i = 1; i < n; i++) { v = list[i]; j = i - 1; while (j >= 0 && list[j] > v) { list[j + 1] = list[j]; j-- } list[j + 1] = v }
+        wrong = 0
+        for (i = 0; i < n; i++) {
+            s = list[i]
+            ratio = ((s in r_bw) && (s in t_bw) && t_bw[s] > 0) ? sprintf("%.2f", r_bw[s] / t_bw[s]) : "-"
+            printf("  %10d  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
+                   f(d_bw, s, "%.3f"), ratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
+            if ((s in r_w) && r_w[s] > 0) wrong += r_w[s]
+            if ((s in t_w) && t_w[s] > 0) wrong += t_w[s]
+            if ((s in d_w) && d_w[s] > 0) wrong += d_w[s]
+        }
+        printf("# wrong elements (all runs): %d %s\n", wrong, wrong ? "FAILED" : "OK")
+        exit(wrong ? 1 : 0)
+    }' "$TMP/ring.csv" "$TMP/tcp.csv" "$TMP/def.csv" || status=1
+
+exit $status

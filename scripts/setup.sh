@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ringcomm needs (only the missing ones) and builds it.
+# Usage: scripts/setup.sh [build-dir [meson options...]]
+# Needs root (or sudo) only when a package is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(gcc g++ make meson ninja-build pkg-config libcriterion-dev openmpi-bin libopenmpi-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+build=${1:-build}
+shift || true
+if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" --werror "$@"
+else
+    meson configure "$build" "$@" >/dev/null 2>&1 || true
+fi
+ninja -C "$build"

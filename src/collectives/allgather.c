@@ -1,0 +1,66 @@
+/*
+ * Ring all-gather: recvbuf (N x sendcount elements) ends with rank s's sendbuf in segment s.
+ *
+ * Steps per round of chunks (partition.h), N-1 in all:
+ *   step 0:        send own sendbuf to the right
+ *   step k=1..N-2: forward segment r-k, which arrived from the left at step k-1
+ *   every step:    receive segment r-k-1 from the left straight into recvbuf (zero copy)
+ * The own segment is copied from sendbuf into recvbuf once (skipped in-place).
+ * Bytes on the wire per rank: (N-1)/N of the gathered buffer each way.
+ */
+#include <string.h>
+
+#include "engine.h"
+
+static void ag_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)
+{
+    size_t j, off, n;
+    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    (void)slot_of;
+    ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
+    int seg = ring__mod(r - k, nr);
+    ring__layout_chunk(&s->layout, j, seg, c, &off, &n);
+    *len = n * s->esize;
+    if (k == 0) {
+        *buf = (const char *)s->op->sendbuf + (off - ring__layout_seg_off(&s->layout, seg)) * s->esize;
+        return;
+    }
+    *buf = (const char *)s->op->recvbuf + off * s->esize;
+    *dep = ring__layout_msg_index(&s->layout, s->nsteps, j, k - 1, c);
+}
+
+static void ag_recv(ring__sched_t *s, size_t i, void **buf, size_t *len, size_t *guard, int *keep)
+{
+    size_t j, off, n;
+    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    (void)guard;
+    (void)keep;
+    ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
+    ring__layout_chunk(&s->layout, j, ring__mod(r - k - 1, nr), c, &off, &n);
+    *len = n * s->esize;
+    *buf = (char *)s->op->recvbuf + off * s->esize;
+}
+
+static void ag_done(ring__sched_t *s, size_t i, void *slot)
+{
+    (void)s;
+    (void)i;
+    (void)slot;
+}
+
+ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring__sched_t s = {.comm = comm, .op = op, .esize = ring_dtype_size(op->dtype)};
+    size_t e;
+    int lanes;
+    ring__engine_geometry(comm, s.esize, &e, &lanes);
+    ring__layout_init(&s.layout, op->count, comm->nranks, 0, e, lanes);
+    s.nsteps = comm->nranks - 1;
+    s.nsend = s.nrecv = ring__layout_nmsgs(&s.layout, s.nsteps);
+    s.send_msg = ag_send;
+    s.recv_msg = ag_recv;
+    s.recv_done = ag_done;
+    char *own = (char *)op->recvbuf + (size_t)comm->rank * op->count * s.esize;
+    if (own != (const char *)op->sendbuf && op->count) memmove(own, op->sendbuf, op->count * s.esize);
+    return ring__engine_run(&s);
+}

@@ -1,0 +1,343 @@
+/*
+ * Ring engine: drives one collective's two message streams (to the right, from the left).
+ *
+ * Per operation:
+ *  0. Descriptor: each rank sends a 40-byte descriptor (sequence number, collective, count,
+ *     dtype, op, root) to its right neighbour and checks the one from its left before it
+ *     posts any data receive, so a mismatched call fails with both sides named instead of
+ *     corrupting memory.
+ *  1. Loop until every message is done:
+ *     - post receives in stream order while fewer than `depth` are outstanding (and a
+ *       scratch slot is free when the algorithm wants one, and the guarding send finished);
+ *     - post sends in stream order while fewer than `depth` are outstanding and the receive
+ *       each one depends on has been processed;
+ *     - let the transport move bytes on both connections;
+ *     - retire completed sends and receives in order; a completed receive is reduced or
+ *       copied at once (recv_done), which frees its slot or hands it to the send forwarding it;
+ *     - when nothing moved, sleep in poll() on the sockets and the abort eventfd.
+ *  Scratch is `depth` slots of RING_CHUNK_BYTES per communicator, reused by every call.
+ *  A call fails with RING_ERR_TIMEOUT after RING_TIMEOUT_MS without any progress, naming the
+ *  peer it was waiting for; with RING_ERR_ABORTED within one poll wake-up of ring_comm_abort.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "log.h"
+#include "transport.h"
+
+#define DESC_LEN 40
+#define DESC_MAGIC 0x5247504fu /* "RGOP" */
+#define MAX_POLL (2 * 16 + 1)
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* Fields that do not apply to a collective are zeroed so that they never cause a mismatch. */
+static void desc_build(unsigned char *b, const ring__opdesc_t *op)
+{
+    int red = op->coll == RING__COLL_ALLREDUCE || op->coll == RING__COLL_REDUCE_SCATTER;
+    put32(b, DESC_MAGIC);
+    put32(b + 4, (uint32_t)op->coll);
+    put64(b + 8, op->seq);
+    put64(b + 16, op->coll == RING__COLL_BARRIER ? 0 : op->count);
+    put32(b + 24, op->coll == RING__COLL_BARRIER ? 0 : (uint32_t)op->dtype);
+    put32(b + 28, red ? (uint32_t)op->op : 0);
+    put32(b + 32, op->coll == RING__COLL_BROADCAST ? (uint32_t)op->root : 0);
+    put32(b + 36, 0);
+}
+
+static void desc_str(const unsigned char *b, char *out, size_t len)
+{
+    ring__coll_t c = (ring__coll_t)get32(b + 4);
+    unsigned long long seq = (unsigned long long)get64(b + 8), count = (unsigned long long)get64(b + 16);
+    const char *dt = ring__dtype_name((ring_dtype_t)get32(b + 24));
+    switch (c) {
+    case RING__COLL_ALLREDUCE:
+    case RING__COLL_REDUCE_SCATTER:
+        snprintf(out, len, "#%llu %s(count=%llu, %s, %s)", seq, ring__coll_name(c), count, dt,
+                 ring__op_name((ring_op_t)get32(b + 28)));
+        break;
+    case RING__COLL_ALLGATHER:
+        snprintf(out, len, "#%llu %s(count=%llu, %s)", seq, ring__coll_name(c), count, dt);
+        break;
+    case RING__COLL_BROADCAST:
+        snprintf(out, len, "#%llu %s(count=%llu, %s, root=%d)", seq, ring__coll_name(c), count, dt, (int)get32(b + 32));
+        break;
+    default:
+        snprintf(out, len, "#%llu %s", seq, ring__coll_name(c));
+        break;
+    }
+}
+
+static ring_result_t desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs)
+{
+    if (get32(theirs) != DESC_MAGIC)
+        return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected",
+                            comm->peer_desc[0]);
+    if (!memcmp(mine, theirs, DESC_LEN)) return RING_OK;
+    char a[160], b[160];
+    desc_str(mine, a, sizeof a);
+    desc_str(theirs, b, sizeof b);
+    return ring__seterr(comm, RING_ERR_MISMATCH,
+                        "collective mismatch: this rank (%d) called %s but its left neighbour %s called %s",
+                        comm->rank, a, comm->peer_desc[0], b);
+}
+
+void ring__engine_geometry(const ring_comm_t *comm, size_t esize, size_t *chunk_elems, int *lanes)
+{
+    size_t e = comm->params.chunk_bytes / esize;
+    *chunk_elems = e ? e : 1;
+    /* One lane fewer than slots: see partition.h for why this keeps forwarding deadlock-free. */
+    *lanes = comm->params.pipeline_depth > 1 ? comm->params.pipeline_depth - 1 : 1;
+}
+
+typedef struct ent {
+    void *req;
+    int slot; /* -1: none */
+    int keep;
+    int fwd_slot; /* sends: slot to free when done, -1: none */
+} ent;
+
+typedef struct held {
+    size_t recv_idx;
+    int slot;
+} held;
+
+static ring_result_t ensure_scratch(ring_comm_t *comm, size_t bytes)
+{
+    if (comm->scratch_bytes >= bytes) return RING_OK;
+    free(comm->scratch);
+    comm->scratch = NULL;
+    comm->scratch_bytes = 0;
+    size_t rounded = (bytes + 4095) & ~(size_t)4095;
+    comm->scratch = aligned_alloc(4096, rounded);
+    if (!comm->scratch)
+        return ring__seterr(comm, RING_ERR_NOMEM, "cannot allocate %zu bytes of scratch for the ring pipeline", rounded);
+    comm->scratch_bytes = rounded;
+    return RING_OK;
+}
+
+static ring_result_t waiting_error(ring__sched_t *s, ring_result_t code, const char *what, size_t ns, size_t nr,
+                                   int got_desc)
+{
+    ring_comm_t *comm = s->comm;
+    const char *name = ring__coll_name(s->op->coll);
+    unsigned long long seq = (unsigned long long)s->op->seq;
+    if (!got_desc)
+        return ring__seterr(comm, code, "%s #%llu %s while waiting for %s to enter the collective", name, seq, what,
+                            comm->peer_desc[0]);
+    if (nr < s->nrecv)
+        return ring__seterr(comm, code, "%s #%llu %s while waiting for message %zu of %zu from %s", name, seq, what,
+                            nr + 1, s->nrecv, comm->peer_desc[0]);
+    return ring__seterr(comm, code, "%s #%llu %s while sending message %zu of %zu to %s", name, seq, what, ns + 1,
+                        s->nsend, comm->peer_desc[1]);
+}
+
+ring_result_t ring__engine_run(ring__sched_t *s)
+{
+    ring_comm_t *comm = s->comm;
+    const ring__transport_t *tp = comm->tp;
+    void *sc = comm->send_right, *rc_ = comm->recv_left;
+    ring_result_t rc = RING_OK;
+    const int depth = comm->params.pipeline_depth;
+    const size_t slot_bytes = comm->params.chunk_bytes;
+    ent *sent = NULL, *recvd = NULL;
+    held *hold = NULL;
+    int *freeslots = NULL;
+    int nfree = 0, nheld = 0;
+    unsigned char mydesc[DESC_LEN], theirdesc[DESC_LEN];
+    void *dsend = NULL, *drecv = NULL;
+    int got_desc = 0, sent_desc = 0;
+    size_t ns_posted = 0, ns_done = 0, nr_posted = 0, nr_done = 0;
+    int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
+    int64_t last = ring__now_ns();
+
+    RING_CHECK(ensure_scratch(comm, (size_t)depth * slot_bytes));
+    sent = calloc((size_t)depth, sizeof *sent);
+    recvd = calloc((size_t)depth, sizeof *recvd);
+    hold = calloc((size_t)depth, sizeof *hold);
+    freeslots = calloc((size_t)depth, sizeof *freeslots);
+    if (!sent || !recvd || !hold || !freeslots) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    for (int i = depth - 1; i >= 0; i--) freeslots[nfree++] = i;
+
+    desc_build(mydesc, s->op);
+    RING_CHECK(tp->isend(sc, mydesc, DESC_LEN, NULL, &dsend));
+    RING_CHECK(tp->irecv(rc_, theirdesc, DESC_LEN, NULL, &drecv));
+    if (!dsend || !drecv) {
+        rc = ring__seterr(comm, RING_ERR_INTERNAL, "engine: transport refused the descriptor message");
+        goto fail;
+    }
+    RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "%s #%llu: count %zu, %zu sends, %zu receives",
+             ring__coll_name(s->op->coll), (unsigned long long)s->op->seq, s->op->count, s->nsend, s->nrecv);
+
+    for (;;) {
+        int busy = 0;
+        /* Post receives. */
+        while (got_desc && nr_posted < s->nrecv && nr_posted - nr_done < (size_t)depth) {
+            void *buf = NULL;
+            size_t len = 0, guard = RING__NONE;
+            int keep = 0;
+            s->recv_msg(s, nr_posted, &buf, &len, &guard, &keep);
+            if (guard != RING__NONE && guard >= ns_done) break;
+            int slot = -1;
+            if (!buf) {
+                if (!nfree) break;
+                slot = freeslots[nfree - 1];
+                buf = (char *)comm->scratch + (size_t)slot * slot_bytes;
+            }
+            void *req = NULL;
+            RING_CHECK(tp->irecv(rc_, buf, len, NULL, &req));
+            if (!req) break;
+            if (slot >= 0) nfree--;
+            recvd[nr_posted % (size_t)depth] = (ent){.req = req, .slot = slot, .keep = keep, .fwd_slot = -1};
+            nr_posted++;
+            busy = 1;
+        }
+        /* Post sends. */
+        while (ns_posted < s->nsend && ns_posted - ns_done < (size_t)depth) {
+            const void *buf = NULL;
+            size_t len = 0, dep = RING__NONE, slot_of = RING__NONE;
+            s->send_msg(s, ns_posted, &buf, &len, &dep, &slot_of);
+            if (dep != RING__NONE && dep >= nr_done) break;
+            int fwd = -1;
+            if (slot_of != RING__NONE) {
+                for (int h = 0; h < nheld; h++)
+                    if (hold[h].recv_idx == slot_of) fwd = hold[h].slot;
+                if (fwd < 0) {
+                    rc = ring__seterr(comm, RING_ERR_INTERNAL, "engine: send %zu forwards slot of receive %zu, not held",
+                                      ns_posted, slot_of);
+                    goto fail;
+                }
+                buf = (char *)comm->scratch + (size_t)fwd * slot_bytes;
+            }
+            void *req = NULL;
+            RING_CHECK(tp->isend(sc, buf, len, NULL, &req));
+            if (!req) break;
+            sent[ns_posted % (size_t)depth] = (ent){.req = req, .slot = -1, .fwd_slot = fwd};
+            ns_posted++;
+            busy = 1;
+        }
+
+        int moved = 0;
+        RING_CHECK(tp->progress(sc, &moved));
+        RING_CHECK(tp->progress(rc_, &moved));
+
+        if (!sent_desc && dsend) {
+            int done = 0;
+            RING_CHECK(tp->test(dsend, &done));
+            if (done) {
+                sent_desc = 1;
+                dsend = NULL;
+            }
+        }
+        if (!got_desc) {
+            int done = 0;
+            RING_CHECK(tp->test(drecv, &done));
+            if (done) {
+                drecv = NULL;
+                RING_CHECK(desc_check(comm, mydesc, theirdesc));
+                got_desc = 1;
+                busy = 1;
+            }
+        }
+        while (ns_done < ns_posted) {
+            ent *e = &sent[ns_done % (size_t)depth];
+            int done = 0;
+            RING_CHECK(tp->test(e->req, &done));
+            if (!done) break;
+            if (e->fwd_slot >= 0) {
+                for (int h = 0; h < nheld; h++)
+                    if (hold[h].slot == e->fwd_slot) {
+                        hold[h] = hold[--nheld];
+                        break;
+                    }
+                freeslots[nfree++] = e->fwd_slot;
+            }
+            ns_done++;
+            busy = 1;
+        }
+        while (nr_done < nr_posted) {
+            ent *e = &recvd[nr_done % (size_t)depth];
+            int done = 0;
+            RING_CHECK(tp->test(e->req, &done));
+            if (!done) break;
+            void *slot = e->slot >= 0 ? (char *)comm->scratch + (size_t)e->slot * slot_bytes : NULL;
+            s->recv_done(s, nr_done, slot);
+            if (e->slot >= 0) {
+                if (e->keep) hold[nheld++] = (held){.recv_idx = nr_done, .slot = e->slot};
+                else freeslots[nfree++] = e->slot;
+            }
+            nr_done++;
+            busy = 1;
+        }
+
+        if (got_desc && sent_desc && ns_done == s->nsend && nr_done == s->nrecv) break;
+
+        int64_t now = ring__now_ns();
+        if (busy || moved) {
+            last = now;
+            continue;
+        }
+        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
+            rc = waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
+            goto fail;
+        }
+        if (now - last > timeout_ns) {
+            char what[96];
+            snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
+            rc = waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
+            goto fail;
+        }
+        struct pollfd fds[MAX_POLL];
+        int nsf = tp->pollfds(sc, fds, MAX_POLL - 1);
+        int nrf = tp->pollfds(rc_, fds + nsf, MAX_POLL - 1 - nsf);
+        fds[nsf + nrf] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+        int64_t left_ms = (timeout_ns - (now - last)) / 1000000 + 1;
+        int r = poll(fds, (nfds_t)(nsf + nrf + 1), (int)RING__MIN(left_ms, 1000));
+        if (r < 0 && errno != EINTR) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "engine: poll");
+            goto fail;
+        }
+        for (int i = 0; r > 0 && i < nsf + nrf; i++) {
+            if (!(fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))) continue;
+            RING_CHECK(tp->check(i < nsf ? sc : rc_));
+        }
+    }
+
+fail:
+    if (rc != RING_OK) {
+        RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu failed: %s", ring__coll_name(s->op->coll),
+                 (unsigned long long)s->op->seq, comm->errmsg);
+    }
+    free(sent);
+    free(recvd);
+    free(hold);
+    free(freeslots);
+    return rc;
+}

@@ -1,0 +1,59 @@
+/*
+ * The ring engine: runs one collective as two ordered message streams, sends to the right
+ * neighbour and receives from the left, through the transport table. Algorithms (one file
+ * each) describe their messages with three callbacks; the engine owns windows, scratch slots,
+ * dependencies, progress, timeouts and abort.
+ */
+#ifndef RING_ENGINE_H
+#define RING_ENGINE_H
+
+#include <stddef.h>
+
+#include "internal.h"
+#include "partition.h"
+
+#define RING__NONE ((size_t)-1)
+
+typedef struct ring__sched ring__sched_t;
+
+struct ring__sched {
+    ring_comm_t *comm;
+    const ring__opdesc_t *op;
+    size_t esize;
+    size_t nsend, nrecv; /* data messages to the right / from the left */
+    ring__layout_t layout;
+    int nsteps;
+
+    /*
+     * Send i: data at *buf (or, if *slot_of != RING__NONE, in the scratch slot that receive
+     * *slot_of filled), *len bytes. *dep: receive that must be processed first, or RING__NONE.
+     */
+    void (*send_msg)(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of);
+    /*
+     * Receive i: into *buf, or into a scratch slot if *buf is NULL (then *keep says a later
+     * send forwards the slot). *guard: send that must have completed before *buf may be
+     * written (it reads the same bytes), or RING__NONE.
+     */
+    void (*recv_msg)(ring__sched_t *s, size_t i, void **buf, size_t *len, size_t *guard, int *keep);
+    /* Receive i landed (slot is its scratch slot or NULL): reduce or copy it. In order. */
+    void (*recv_done)(ring__sched_t *s, size_t i, void *slot);
+};
+
+/* Run the schedule to completion. Exchanges and checks the collective descriptor with the
+ * neighbours first. Returns with the comm's error message set on failure. */
+ring_result_t ring__engine_run(ring__sched_t *s);
+
+/* Chunk geometry for comm and element size: E elements per chunk, L chunks per step. */
+void ring__engine_geometry(const ring_comm_t *comm, size_t esize, size_t *chunk_elems, int *lanes);
+
+/* Algorithms (one file each). */
+ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+ring_result_t ring__barrier_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+
+/* Run one validated operation (dispatch by collective; handles nranks == 1). */
+ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op);
+
+#endif

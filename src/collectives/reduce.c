@@ -1,0 +1,359 @@
+/*
+ * Host reduction loops.
+ *
+ * Layout, top to bottom:
+ *  - fp16/bf16 <-> float conversions written branch-free on the bits, so that they vectorise
+ *    on any target and give the same bits as the F16C instructions;
+ *  - one always-inline kernel per dtype family (integers, float/double, 16-bit floats), each a
+ *    switch over the op with one plain element-wise loop per case;
+ *  - run(): the switch over the dtype, compiled once per target clone (x86-64-v4, x86-64-v3,
+ *    baseline) so the loader picks the widest SIMD the CPU has;
+ *  - half_f16c(): fp16 with F16C intrinsics, used where the v3 clone would run (see there);
+ *  - the entry points.
+ *
+ * Determinism: every result is a function of a[i] and b[i] alone, computed with the operations
+ * written here in IEEE single/double precision (no reassociation; nothing of the form a*b+c
+ * exists, so FMA contraction has nothing to fuse). Every clone therefore produces the same bits,
+ * with one exception no ISA pins down: when both inputs of a SUM/PROD/AVG are NaN, which of
+ * the two payloads survives may depend on the operand order the compiler picked. All of this
+ * assumes the default floating-point environment (round to nearest); FTZ/DAZ do not break it.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "reduce.h"
+#include "ring_config.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/*
+ * Clang (14 at least) accepts target_clones("arch=x86-64-v3") but dispatches "arch=x86-64-vN"
+ * as a CPU model, picking the v4 clone on an unknown vendor and never the v3 one, and it lacks
+ * __builtin_cpu_supports("x86-64-v3"); so only GCC gets the clones.
+ */
+#if RING_HAVE_TARGET_CLONES && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define USE_CLONES 1
+#include <immintrin.h>
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define USE_CLONES 0
+#define CLONES
+#endif
+
+/* The kernels must be inlined into each clone to be compiled for its ISA. */
+#define KERNEL static inline __attribute__((always_inline))
+
+static inline float as_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t as_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/*
+ * Mask-based select rather than ?: so that GCC does not turn it into a branch with the float
+ * arithmetic sunk into one arm: with -ftrapping-math it then refuses to if-convert the loop.
+ */
+static inline uint32_t pick(int c, uint32_t x, uint32_t y)
+{
+    uint32_t m = 0u - (uint32_t)c;
+    return (x & m) | (y & ~m);
+}
+
+/*
+ * binary16 -> binary32, exact. Normal numbers only need the exponent rebiased (+112); Inf/NaN
+ * get the float maximum exponent, and NaNs the quiet bit, as vcvtph2ps does; subnormals are
+ * renormalised by a float subtraction that is exact (both operands share the exponent 2^-14).
+ */
+static inline float half_to_float(uint16_t h)
+{
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t exp = o & 0x0f800000u;
+    uint32_t norm = o + 0x38000000u;
+    uint32_t sub = as_bits(as_float(o + 0x38800000u) - as_float(0x38800000u));
+    uint32_t special = (norm + 0x38000000u) | pick((int32_t)o > 0x0f800000, 0x00400000u, 0);
+    uint32_t r = pick(exp == 0x0f800000u, special, pick(exp == 0, sub, norm));
+    return as_float(r | (uint32_t)(h & 0x8000u) << 16);
+}
+
+/*
+ * binary32 -> binary16, round to nearest-even, bit-identical to vcvtps2ph with imm 0 for all
+ * 2^32 inputs (NaNs keep sign and top payload bits and become quiet). Three ranges of |f|:
+ *  - >= 65536 or Inf/NaN: Inf or NaN (65520..65536 overflows through the normal path);
+ *  - < 2^-14, the fp16 subnormals: adding 0.5 lines the 2^-24 grid up with the float's last
+ *    mantissa bit, so the FPU's own rounding does nearest-even;
+ *  - otherwise: rebias, then add half an ulp minus one plus the lsb to round ties to even.
+ */
+static inline uint16_t float_to_half(float x)
+{
+    uint32_t u = as_bits(x);
+    uint32_t sign = u & 0x80000000u;
+    uint32_t f = u ^ sign;
+    int32_t fs = (int32_t)f; /* < 2^31: signed compares, which SSE/AVX2 have natively */
+    uint32_t big = pick(fs > 0x7f800000, 0x7e00u | ((f >> 13) & 0x3ffu), 0x7c00u);
+    uint32_t sub = as_bits(as_float(f) + 0.5f) - 0x3f000000u;
+    uint32_t norm = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+    uint32_t o = pick(fs >= 0x47800000, big, pick(fs < 0x38800000, sub, norm));
+    return (uint16_t)(o | sign >> 16);
+}
+
+static inline float bf16_to_float(uint16_t h) { return as_float((uint32_t)h << 16); }
+
+/* Adding 0x7fff plus the lsb carries into the upper half exactly when rounding up to even. */
+static inline uint16_t float_to_bf16(float x)
+{
+    uint32_t u = as_bits(x);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u; /* rounding could carry a NaN into Inf; keep it quiet NaN */
+    return (uint16_t)pick((int32_t)(u & 0x7fffffffu) > 0x7f800000, nan, rounded);
+}
+
+float ring__half_to_float(uint16_t h) { return half_to_float(h); }
+uint16_t ring__float_to_half(float f) { return float_to_half(f); }
+float ring__bf16_to_float(uint16_t h) { return bf16_to_float(h); }
+uint16_t ring__float_to_bf16(float f) { return float_to_bf16(f); }
+
+/*
+ * dst may be a or b itself, so no restrict: GCC versions each loop with an overlap check that
+ * an exact alias passes (distance 0), so in-place runs the vector loop too.
+ */
+#define LOOP(T, EXPR)                                                                              \
+    do {                                                                                           \
+        T *d_ = dst;                                                                               \
+        const T *a_ = a, *b_ = b;                                                                  \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            T x = a_[i], y = b_[i];                                                                \
+            d_[i] = (EXPR);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+/*
+ * MIN/MAX on floats are `b < a ? b : a` and `b > a ? b : a`, which is exactly minps/maxps with
+ * b first. Consequences: a NaN in a is returned, a NaN in b is ignored (returns a), and for
+ * -0 vs +0 the value from a wins. fp16/bf16 compare after widening, so they behave the same.
+ */
+#define MIN_OF(x, y) ((y) < (x) ? (y) : (x))
+#define MAX_OF(x, y) ((y) > (x) ? (y) : (x))
+
+/*
+ * Integers. SUM and PROD go through the unsigned type (wrapping without UB; the low bits of a
+ * sum or product do not depend on signedness). W is the type the product is computed in, wide
+ * enough that uint8_t operands do not promote to a signed int.
+ *
+ * AVG (only reached on the final step): for 8- and 32-bit types the division is done in double, which vectorises where integer division does not, and is
+ * exact: |sum| < 2^32 and nranks < 2^31 are exact doubles, and when the quotient q is not an
+ * integer it is at least 1/nranks away from every integer, while the division's rounding error
+ * is at most |q| * 2^-53 < 2^-21 / nranks; so truncating the double gives C's quotient.
+ */
+#define INT_KERNEL(NAME, S, U, W, DIV_IN_DOUBLE)                                                   \
+    KERNEL void NAME(void *dst, const void *a, const void *b, size_t n, int is_signed,            \
+                     ring_op_t op, int nranks)                                                     \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case RING_AVG:                                                                             \
+            {                                                                                      \
+                if (DIV_IN_DOUBLE) {                                                               \
+                    double dn = (double)nranks;                                                    \
+                    if (is_signed)                                                                 \
+                        LOOP(S, (S)((double)(S)(U)((W)(U)x + (U)y) / dn));                         \
+                    else                                                                           \
+                        LOOP(U, (U)((double)(U)((W)x + y) / dn));                                  \
+                } else {                                                                           \
+                    if (is_signed) {                                                               \
+                        S sn = (S)nranks;                                                          \
+                        LOOP(S, (S)((S)(U)((W)(U)x + (U)y) / sn));                                 \
+                    } else {                                                                       \
+                        U un = (U)nranks;                                                          \
+                        LOOP(U, (U)((U)((W)x + y) / un));                                          \
+                    }                                                                              \
+                }                                                                                  \
+                return;                                                                            \
+            }                                                                                      \
+        case RING_SUM: LOOP(U, (U)((W)x + y)); return;                                             \
+        case RING_PROD: LOOP(U, (U)((W)x * y)); return;                                            \
+        case RING_MIN:                                                                             \
+            if (is_signed)                                                                         \
+                LOOP(S, MIN_OF(x, y));                                                             \
+            else                                                                                   \
+                LOOP(U, MIN_OF(x, y));                                                             \
+            return;                                                                                \
+        case RING_MAX:                                                                             \
+            if (is_signed)                                                                         \
+                LOOP(S, MAX_OF(x, y));                                                             \
+            else                                                                                   \
+                LOOP(U, MAX_OF(x, y));                                                             \
+            return;                                                                                \
+        default: return;                                                                           \
+        }                                                                                          \
+    }
+
+INT_KERNEL(int8_kernel, int8_t, uint8_t, unsigned, 1)
+INT_KERNEL(int32_kernel, int32_t, uint32_t, uint32_t, 1)
+INT_KERNEL(int64_kernel, int64_t, uint64_t, uint64_t, 0)
+
+/* float and double; the AVG divisor is converted once, in the element type. */
+#define FLOAT_KERNEL(NAME, T)                                                                      \
+    KERNEL void NAME(void *dst, const void *a, const void *b, size_t n, ring_op_t op, int nranks) \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case RING_AVG: {                                                                           \
+            T dn = (T)nranks;                                                                      \
+            LOOP(T, (x + y) / dn);                                                                 \
+            return;                                                                                \
+        }                                                                                          \
+        case RING_SUM: LOOP(T, x + y); return;                                                     \
+        case RING_PROD: LOOP(T, x * y); return;                                                    \
+        case RING_MIN: LOOP(T, MIN_OF(x, y)); return;                                              \
+        case RING_MAX: LOOP(T, MAX_OF(x, y)); return;                                              \
+        default: return;                                                                           \
+        }                                                                                          \
+    }
+
+FLOAT_KERNEL(float_kernel, float)
+FLOAT_KERNEL(double_kernel, double)
+
+/*
+ * fp16/bf16: widen, combine in float, round back on every call. float has more than
+ * 2p+2 bits for both formats, so the float result rounded to 16 bits is also the correctly
+ * rounded 16-bit sum, product and quotient (no double-rounding error).
+ */
+#define NARROW_KERNEL(NAME, TO, FROM)                                                              \
+    KERNEL void NAME(void *dst, const void *a, const void *b, size_t n, ring_op_t op, int nranks) \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case RING_AVG: {                                                                           \
+            float dn = (float)nranks;                                                              \
+            LOOP(uint16_t, FROM((TO(x) + TO(y)) / dn));                                            \
+            return;                                                                                \
+        }                                                                                          \
+        case RING_SUM: LOOP(uint16_t, FROM(TO(x) + TO(y))); return;                                \
+        case RING_PROD: LOOP(uint16_t, FROM(TO(x) * TO(y))); return;                               \
+        case RING_MIN: LOOP(uint16_t, FROM(MIN_OF(TO(x), TO(y)))); return;                         \
+        case RING_MAX: LOOP(uint16_t, FROM(MAX_OF(TO(x), TO(y)))); return;                         \
+        default: return;                                                                           \
+        }                                                                                          \
+    }
+
+NARROW_KERNEL(half_kernel, half_to_float, float_to_half)
+NARROW_KERNEL(bf16_kernel, bf16_to_float, float_to_bf16)
+
+CLONES static void run(void *dst, const void *a, const void *b, size_t n, ring_dtype_t dtype,
+                       ring_op_t op, int nranks)
+{
+    switch (dtype) {
+    case RING_INT8: int8_kernel(dst, a, b, n, 1, op, nranks); return;
+    case RING_UINT8: int8_kernel(dst, a, b, n, 0, op, nranks); return;
+    case RING_INT32: int32_kernel(dst, a, b, n, 1, op, nranks); return;
+    case RING_UINT32: int32_kernel(dst, a, b, n, 0, op, nranks); return;
+    case RING_INT64: int64_kernel(dst, a, b, n, 1, op, nranks); return;
+    case RING_UINT64: int64_kernel(dst, a, b, n, 0, op, nranks); return;
+    case RING_FLOAT16: half_kernel(dst, a, b, n, op, nranks); return;
+    case RING_BFLOAT16: bf16_kernel(dst, a, b, n, op, nranks); return;
+    case RING_FLOAT32: float_kernel(dst, a, b, n, op, nranks); return;
+    case RING_FLOAT64: double_kernel(dst, a, b, n, op, nranks); return;
+    default: return;
+    }
+}
+
+#if USE_CLONES
+/*
+ * GCC 12 vectorises _Float16 <-> float conversions only with AVX512-FP16; with F16C alone it
+ * emits one scalar vcvtph2ps per element, and the baseline clone calls libgcc. The bit-level
+ * conversions above do vectorise but cost ~30 instructions per 8 elements, well below memory
+ * bandwidth, so fp16 on CPUs where the v3 clone would run gets this hand-written F16C loop
+ * instead. It uses the same float operations and the conversions it replaces are bit-identical
+ * (half_to_float/float_to_half match vcvtph2ps/vcvtps2ph on every input), so the result does
+ * not depend on which path ran. The tail goes through a zero-padded block so that it is
+ * computed by the same instructions.
+ */
+#define F16C_LOOP(EXPR)                                                                            \
+    do {                                                                                           \
+        size_t i = 0;                                                                              \
+        for (; i + 8 <= n; i += 8) {                                                               \
+            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));                 \
+            __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));                 \
+            _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph((EXPR), _MM_FROUND_TO_NEAREST_INT)); \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            uint16_t ta[8] = {0}, tb[8] = {0}, td[8];                                              \
+            memcpy(ta, a + i, (n - i) * sizeof *a);                                                \
+            memcpy(tb, b + i, (n - i) * sizeof *b);                                                \
+            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)ta));                      \
+            __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb));                      \
+            _mm_storeu_si128((__m128i *)td, _mm256_cvtps_ph((EXPR), _MM_FROUND_TO_NEAREST_INT));   \
+            memcpy(d + i, td, (n - i) * sizeof *d);                                                \
+        }                                                                                          \
+    } while (0)
+
+/* minps/maxps return their second operand unless the first compares less/greater: b first. */
+__attribute__((target("arch=x86-64-v3"))) static void half_f16c(uint16_t *d, const uint16_t *a,
+                                                                const uint16_t *b, size_t n,
+                                                                ring_op_t op, int nranks)
+{
+    switch (op) {
+    case RING_AVG: {
+        __m256 dn = _mm256_set1_ps((float)nranks);
+        F16C_LOOP(_mm256_div_ps(_mm256_add_ps(x, y), dn));
+        return;
+    }
+    case RING_SUM: F16C_LOOP(_mm256_add_ps(x, y)); return;
+    case RING_PROD: F16C_LOOP(_mm256_mul_ps(x, y)); return;
+    case RING_MIN: F16C_LOOP(_mm256_min_ps(y, x)); return;
+    case RING_MAX: F16C_LOOP(_mm256_max_ps(y, x)); return;
+    default: return;
+    }
+}
+
+/* The same test the target_clones resolver makes for the v3 clone (v4 implies v3). */
+static int have_v3(void)
+{
+    __builtin_cpu_init(); /* a no-op once libgcc's constructor ran; we may run before it */
+    return __builtin_cpu_supports("x86-64-v3");
+}
+#endif
+
+static void reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
+                   ring_op_t op, int nranks)
+{
+    if (count == 0) return;
+    if (op == RING_AVG && nranks == 0) op = RING_SUM; /* not the final step */
+#if USE_CLONES
+    if (dtype == RING_FLOAT16 && have_v3()) {
+        half_f16c(dst, a, b, count, op, nranks);
+        return;
+    }
+#endif
+    run(dst, a, b, count, dtype, op, nranks);
+}
+
+void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
+                  ring_op_t op)
+{
+    reduce(dst, a, b, count, dtype, op, 0);
+}
+
+/* nranks < 1 is a caller bug; dividing by 1 keeps it from being a division by zero as well. */
+void ring__reduce_final(void *dst, const void *a, const void *b, size_t count,
+                        ring_dtype_t dtype, ring_op_t op, int nranks)
+{
+    reduce(dst, a, b, count, dtype, op, nranks < 1 ? 1 : nranks);
+}
+
+const char *ring__reduce_impl_name(void)
+{
+#if USE_CLONES
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4";
+    if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3";
+#endif
+    return "generic";
+}

@@ -1,0 +1,44 @@
+/*
+ * Host reduction loops for every dtype x op.
+ *
+ * Contract shared by all entries:
+ *  - count is in elements; count == 0 is a no-op.
+ *  - dst may be the same pointer as a or b (in-place), but must not overlap them partially.
+ *  - No alignment is assumed beyond the natural alignment of the element type.
+ *  - Integers wrap (two's complement, no UB); fp16/bf16 are widened to float, combined, and
+ *    rounded back to nearest-even, so a chain of reductions rounds at every step exactly like
+ *    data that crosses the wire in that type.
+ *  - Results are bitwise deterministic: the same inputs give the same bits on every CPU the
+ *    run-time dispatch may pick (element-wise operations only, no reassociation, no FMA).
+ */
+#ifndef RING_REDUCE_H
+#define RING_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcomm.h"
+
+/* dst[i] = a[i] op b[i]. RING_AVG combines like RING_SUM (the division is in reduce_final). */
+void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
+                  ring_op_t op);
+
+/*
+ * The last combining step of a reduction over nranks contributions:
+ * dst[i] = a[i] op b[i], and for RING_AVG dst[i] = (a[i] + b[i]) / nranks, computed in the
+ * wide type (float for fp16/bf16, the type itself otherwise; integer division truncates) and
+ * rounded once.
+ */
+void ring__reduce_final(void *dst, const void *a, const void *b, size_t count,
+                        ring_dtype_t dtype, ring_op_t op, int nranks);
+
+/* Scalar conversions, exposed for tests and reference code. Round to nearest-even. */
+float ring__half_to_float(uint16_t h);
+uint16_t ring__float_to_half(float f);
+float ring__bf16_to_float(uint16_t h);
+uint16_t ring__float_to_bf16(float f);
+
+/* Name of the code path the run-time dispatch picked ("avx512", "avx2", "generic"), for logs. */
+const char *ring__reduce_impl_name(void);
+
+#endif

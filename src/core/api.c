@@ -1,0 +1,167 @@
+/*
+ * Public collective entry points: argument validation (nothing is sent for a bad call, and a
+ * bad call does not fail the communicator), then submission to the run queue.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+#include "reduce.h"
+
+static int overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    const char *name = ring__coll_name(op->coll);
+    if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: comm is NULL", name);
+    char what[64];
+    snprintf(what, sizeof what, "ring_%s", name);
+    ring_result_t fc = ring__failed_result(comm, what);
+    if (fc != RING_OK) return fc;
+    if (op->coll == RING__COLL_BARRIER) return RING_OK;
+    if ((unsigned)op->dtype >= RING_DTYPE_COUNT)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: invalid dtype %d", name, (int)op->dtype);
+    int reduces = op->coll == RING__COLL_ALLREDUCE || op->coll == RING__COLL_REDUCE_SCATTER;
+    if (reduces && (unsigned)op->op >= RING_OP_COUNT)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: invalid reduction op %d", name, (int)op->op);
+    if (op->coll == RING__COLL_BROADCAST && (op->root < 0 || op->root >= comm->nranks))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_broadcast: root %d out of range [0, %d)", op->root,
+                            comm->nranks);
+    size_t es = ring_dtype_size(op->dtype);
+    int full = op->coll == RING__COLL_REDUCE_SCATTER || op->coll == RING__COLL_ALLGATHER;
+    size_t mult = full ? (size_t)comm->nranks : 1;
+    if (op->count > SIZE_MAX / es / mult)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: count %zu x %zu-byte %s%s overflows the address space",
+                            name, op->count, es, ring__dtype_name(op->dtype), full ? " x nranks" : "");
+    if (op->count == 0) return RING_OK;
+    if (!op->recvbuf || !op->sendbuf)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: NULL buffer with count %zu", name, op->count);
+    size_t bytes = op->count * es, fullbytes = bytes * mult;
+    const char *sb = op->sendbuf;
+    char *rb = op->recvbuf;
+    switch (op->coll) {
+    case RING__COLL_ALLREDUCE:
+        if (sb != rb && overlap(sb, bytes, rb, bytes))
+            return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                                "ring_allreduce: sendbuf and recvbuf overlap partially (in-place needs sendbuf == recvbuf)");
+        break;
+    case RING__COLL_REDUCE_SCATTER:
+        if (rb != sb + (size_t)comm->rank * bytes && overlap(sb, fullbytes, rb, bytes))
+            return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                                "ring_reduce_scatter: recvbuf overlaps sendbuf but is not this rank's slice "
+                                "(in-place needs recvbuf == sendbuf + rank*recvcount)");
+        break;
+    case RING__COLL_ALLGATHER:
+        if (sb != rb + (size_t)comm->rank * bytes && overlap(sb, bytes, rb, fullbytes))
+            return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                                "ring_allgather: sendbuf overlaps recvbuf but is not this rank's slice "
+                                "(in-place needs sendbuf == recvbuf + rank*sendcount)");
+        break;
+    default:
+        break;
+    }
+    return RING_OK;
+}
+
+static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp, int async)
+{
+    if (async && !reqp) return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
+    if (async) *reqp = NULL;
+    ring_result_t rc = validate(comm, op);
+    if (rc != RING_OK) return rc;
+    return ring__submit(comm, op, async ? reqp : NULL);
+}
+
+ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    if (comm->nranks == 1) {
+        /* One rank: the result is the input (x / 1 == x for AVG in every type). */
+        size_t bytes = op->count * ring_dtype_size(op->dtype);
+        if (op->coll != RING__COLL_BARRIER && op->coll != RING__COLL_BROADCAST && bytes && op->sendbuf != op->recvbuf)
+            memmove(op->recvbuf, op->sendbuf, bytes);
+        return RING_OK;
+    }
+    switch (op->coll) {
+    case RING__COLL_ALLREDUCE: return ring__allreduce_ring(comm, op);
+    case RING__COLL_REDUCE_SCATTER: return ring__reduce_scatter_ring(comm, op);
+    case RING__COLL_ALLGATHER: return ring__allgather_ring(comm, op);
+    case RING__COLL_BROADCAST: return ring__broadcast_ring(comm, op);
+    case RING__COLL_BARRIER: return ring__barrier_ring(comm, op);
+    }
+    return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
+}
+
+#define OPDESC(c, sb, rb, n, dt, o, rt)                                                            \
+    (ring__opdesc_t) { .coll = (c), .sendbuf = (sb), .recvbuf = (rb), .count = (n), .dtype = (dt), .op = (o), .root = (rt) }
+
+ring_result_t ring_allreduce(ring_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             ring_dtype_t dtype, ring_op_t op)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0);
+    return issue(comm, &d, NULL, 0);
+}
+
+ring_result_t ring_allreduce_async(ring_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                   ring_dtype_t dtype, ring_op_t op, ring_request_t **req)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0);
+    return issue(comm, &d, req, 1);
+}
+
+ring_result_t ring_reduce_scatter(ring_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                  ring_dtype_t dtype, ring_op_t op)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
+    return issue(comm, &d, NULL, 0);
+}
+
+ring_result_t ring_reduce_scatter_async(ring_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        ring_dtype_t dtype, ring_op_t op, ring_request_t **req)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0);
+    return issue(comm, &d, req, 1);
+}
+
+ring_result_t ring_allgather(ring_comm_t *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                             ring_dtype_t dtype)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, RING_SUM, 0);
+    return issue(comm, &d, NULL, 0);
+}
+
+ring_result_t ring_allgather_async(ring_comm_t *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   ring_dtype_t dtype, ring_request_t **req)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, RING_SUM, 0);
+    return issue(comm, &d, req, 1);
+}
+
+ring_result_t ring_broadcast(ring_comm_t *comm, void *buf, size_t count, ring_dtype_t dtype, int root)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_BROADCAST, buf, buf, count, dtype, RING_SUM, root);
+    return issue(comm, &d, NULL, 0);
+}
+
+ring_result_t ring_broadcast_async(ring_comm_t *comm, void *buf, size_t count, ring_dtype_t dtype, int root,
+                                   ring_request_t **req)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_BROADCAST, buf, buf, count, dtype, RING_SUM, root);
+    return issue(comm, &d, req, 1);
+}
+
+ring_result_t ring_barrier(ring_comm_t *comm)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_BARRIER, NULL, NULL, 0, RING_UINT8, RING_SUM, 0);
+    return issue(comm, &d, NULL, 0);
+}
+
+ring_result_t ring_barrier_async(ring_comm_t *comm, ring_request_t **req)
+{
+    ring__opdesc_t d = OPDESC(RING__COLL_BARRIER, NULL, NULL, 0, RING_UINT8, RING_SUM, 0);
+    return issue(comm, &d, req, 1);
+}

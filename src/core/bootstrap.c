@@ -1,0 +1,408 @@
+/*
+ * Bootstrap rendezvous.
+ *
+ * Steps and bytes on the wire:
+ *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
+ *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 272 bytes:
+ *     magic "RGBS" | version | 128-bit secret | nranks | rank | pid | addr len | addr[128] |
+ *     host[64] | boot id[40].
+ *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
+ *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
+ *     duplicate rank gets a REJECT frame (24-byte header + 160-byte reason) and is closed. No
+ *     stranger can stall or break the job: at most 64 unauthenticated connections are held,
+ *     the oldest dropped first.
+ *  4. When all ranks joined, rank 0 sends each one TABLE: 24-byte header (magic "RGBT", type,
+ *     nranks, code, 64-bit job nonce) + nranks x 240-byte entries (addr len, addr, host, boot
+ *     id, pid). Total root traffic: (N-1) x (272 + 24 + 240 N) bytes.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "log.h"
+
+#define BS_MAGIC 0x52474253u    /* "RGBS" */
+#define TABLE_MAGIC 0x52474254u /* "RGBT" */
+#define BS_VERSION 1u
+#define TYPE_TABLE 1u
+#define TYPE_REJECT 2u
+#define MAX_PENDING 64
+#define HELLO_TIMEOUT_NS (10LL * 1000000000LL)
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+void ring__host_identity(ring__peer_info_t *info)
+{
+    gethostname(info->host, sizeof info->host - 1);
+    info->host[sizeof info->host - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(info->bootid, sizeof info->bootid, f)) info->bootid[0] = '\0';
+        fclose(f);
+        info->bootid[strcspn(info->bootid, "\n")] = '\0';
+    }
+    info->pid = (uint32_t)getpid();
+}
+
+static void put_info(unsigned char *p, const ring__peer_info_t *info)
+{
+    put32(p, info->addr.len);
+    memcpy(p + 4, info->addr.data, RING__TP_ADDR_MAX);
+    memcpy(p + 132, info->host, RING__HOST_MAX);
+    memcpy(p + 196, info->bootid, RING__BOOTID_MAX);
+    put32(p + 236, info->pid);
+}
+
+/* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
+static int get_info(const unsigned char *p, ring__peer_info_t *info)
+{
+    memset(info, 0, sizeof *info);
+    info->addr.len = get32(p);
+    if (info->addr.len == 0 || info->addr.len > RING__TP_ADDR_MAX) return -1;
+    memcpy(info->addr.data, p + 4, RING__TP_ADDR_MAX);
+    memcpy(info->host, p + 132, RING__HOST_MAX);
+    memcpy(info->bootid, p + 196, RING__BOOTID_MAX);
+    info->host[RING__HOST_MAX - 1] = '\0';
+    info->bootid[RING__BOOTID_MAX - 1] = '\0';
+    info->pid = get32(p + 236);
+    return 0;
+}
+
+void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t rank,
+                       uint32_t nranks, const ring__peer_info_t *info)
+{
+    memset(buf, 0, RING__HELLO_LEN);
+    put32(buf, BS_MAGIC);
+    put32(buf + 4, BS_VERSION);
+    memcpy(buf + 8, secret, 16);
+    put32(buf + 24, nranks);
+    put32(buf + 28, rank);
+    put_info(buf + 32, info);
+}
+
+const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16], uint32_t *rank,
+                              uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code)
+{
+    *code = RING_ERR_PROTOCOL;
+    if (get32(buf) != BS_MAGIC) return "not a ringcomm bootstrap connection (bad magic)";
+    *code = RING_ERR_AUTH;
+    if (get32(buf + 4) != BS_VERSION) return "bootstrap protocol version differs from the root's";
+    if (!ring__secret_equal(buf + 8, secret, 16)) return "wrong job secret (RING_SECRET differs from the root's)";
+    *nranks = get32(buf + 24);
+    *rank = get32(buf + 28);
+    *code = RING_ERR_PROTOCOL;
+    if (get_info(buf + 32, info) != 0) return "malformed address in HELLO";
+    *code = RING_OK;
+    return NULL;
+}
+
+static void send_reject(int fd, ring_result_t code, const char *why, int64_t deadline)
+{
+    unsigned char b[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN] = {0};
+    put32(b, TABLE_MAGIC);
+    put32(b + 4, TYPE_REJECT);
+    put32(b + 12, (uint32_t)code);
+    snprintf((char *)b + RING__TABLE_HDR_LEN, RING__REJECT_MSG_LEN, "%s", why);
+    /* Best effort and short: a rejected peer must not be able to hold the root. */
+    int64_t d = RING__MIN(deadline, ring__now_ns() + 100 * 1000000LL);
+    (void)ring__io_full(fd, b, sizeof b, 1, d, -1);
+}
+
+typedef struct pend {
+    int fd;
+    unsigned char buf[RING__HELLO_LEN];
+    size_t got;
+    int64_t deadline;
+    ring__sockaddr_t from;
+} pend;
+
+static void drop(pend *p, int *np, int i) { close(p[i].fd); p[i] = p[--*np]; }
+
+static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int lfd, const ring__sockaddr_t *root,
+                                 ring__peer_info_t *all, int64_t deadline)
+{
+    int n = comm->nranks, joined = 1;
+    pend *p = calloc(MAX_PENDING, sizeof *p);
+    if (!p) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
+    int np = 0;
+    char b[80], b2[80];
+    ring_result_t rc = RING_OK;
+    while (joined < n) {
+        if (atomic_load(&comm->aborted)) {
+            rc = ring__seterr(comm, RING_ERR_ABORTED, "bootstrap: aborted");
+            break;
+        }
+        int64_t now = ring__now_ns();
+        if (now >= deadline) {
+            char missing[256] = "";
+            size_t o = 0;
+            for (int r = 1; r < n && o < sizeof missing - 16; r++)
+                if (bs->rank_fds[r] < 0) o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", o ? ", " : "", r);
+            rc = ring__seterr(comm, RING_ERR_TIMEOUT,
+                              "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s",
+                              comm->params.timeout_ms, ring__addr_str(root, b, sizeof b), joined, n, missing,
+                              o >= sizeof missing - 16 ? ", ..." : "");
+            break;
+        }
+        struct pollfd fds[MAX_PENDING + 2];
+        fds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+        for (int i = 0; i < np; i++) fds[i + 2] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+        int ms = (int)RING__MIN((deadline - now) / 1000000 + 1, 200);
+        if (poll(fds, (nfds_t)np + 2, ms) < 0 && errno != EINTR) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "bootstrap: poll");
+            break;
+        }
+        for (;;) {
+            ring__sockaddr_t from;
+            from.len = sizeof from.ss;
+            int fd = accept4(lfd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) break;
+            if (np == MAX_PENDING) {
+                RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: too many unauthenticated connections, dropping %s",
+                         ring__addr_str(&p[0].from, b, sizeof b));
+                drop(p, &np, 0);
+            }
+            p[np] = (pend){.fd = fd, .deadline = now + HELLO_TIMEOUT_NS, .from = from};
+            np++;
+        }
+        for (int i = 0; i < np;) {
+            ssize_t got = recv(p[i].fd, p[i].buf + p[i].got, RING__HELLO_LEN - p[i].got, MSG_DONTWAIT);
+            if (got > 0) p[i].got += (size_t)got;
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) ||
+                (p[i].got < RING__HELLO_LEN && now > p[i].deadline)) {
+                RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: dropped connection from %s: %s",
+                         ring__addr_str(&p[i].from, b, sizeof b),
+                         got == 0 ? "closed before a complete HELLO" : "no complete HELLO in time");
+                drop(p, &np, i);
+                continue;
+            }
+            if (p[i].got < RING__HELLO_LEN) {
+                i++;
+                continue;
+            }
+            uint32_t r = 0, nr = 0;
+            ring__peer_info_t info;
+            ring_result_t code;
+            char why[RING__REJECT_MSG_LEN];
+            const char *bad = ring__hello_parse(p[i].buf, comm->params.secret, &r, &nr, &info, &code);
+            if (bad) {
+                snprintf(why, sizeof why, "%s", bad);
+            } else if (nr != (uint32_t)n) {
+                code = RING_ERR_INVALID_ARG;
+                snprintf(why, sizeof why, "rank %u was started with nranks=%u but the root has nranks=%d", r, nr, n);
+            } else if (r == 0 || r >= (uint32_t)n) {
+                code = RING_ERR_INVALID_ARG;
+                snprintf(why, sizeof why, "rank %u is out of range for nranks=%d (or a second rank 0)", r, n);
+            } else if (bs->rank_fds[r] >= 0) {
+                code = RING_ERR_INVALID_ARG;
+                snprintf(why, sizeof why, "rank %u joined twice (duplicate RING_RANK?)", r);
+            } else {
+                bad = NULL;
+                why[0] = '\0';
+            }
+            if (why[0]) {
+                RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: rejected %s: %s",
+                         ring__addr_str(&p[i].from, b2, sizeof b2), why);
+                if (code != RING_ERR_PROTOCOL) send_reject(p[i].fd, code, why, deadline);
+                drop(p, &np, i);
+                continue;
+            }
+            all[r] = info;
+            bs->rank_fds[r] = p[i].fd;
+            joined++;
+            RING_LOG(RING_LOG_TRACE, RING_SUB_INIT, 0, "bootstrap: rank %u joined from %s (%d/%d)", r,
+                     ring__addr_str(&p[i].from, b, sizeof b), joined, n);
+            p[i] = p[--np];
+        }
+    }
+    for (int i = 0; i < np; i++) close(p[i].fd);
+    free(p);
+    return rc;
+}
+
+static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *root,
+                              ring__peer_info_t *all, int64_t deadline)
+{
+    ring_result_t rc;
+    int n = comm->nranks;
+    char b[80];
+    ring__sockaddr_t la = *root;
+    int lfd = -1;
+    unsigned char *table = NULL;
+    rc = ring__listen(comm, &la, 1, 0, 0, &lfd);
+    if (rc != RING_OK) {
+        ring__seterr(comm, rc, "bootstrap: rank 0 cannot listen on the root address %s (%s)",
+                     ring__addr_str(root, b, sizeof b), comm->errmsg);
+        goto fail;
+    }
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, 0, "bootstrap: root listening on %s for %d ranks",
+             ring__addr_str(&la, b, sizeof b), n);
+    RING_CHECK(root_gather(comm, bs, lfd, root, all, deadline));
+    if (getrandom(&comm->job_nonce, sizeof comm->job_nonce, 0) != (ssize_t)sizeof comm->job_nonce)
+        comm->job_nonce = (uint64_t)ring__now_ns() ^ ((uint64_t)getpid() << 32);
+    size_t tlen = RING__TABLE_HDR_LEN + (size_t)n * RING__TABLE_ENTRY_LEN;
+    table = calloc(1, tlen);
+    if (!table) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
+        goto fail;
+    }
+    put32(table, TABLE_MAGIC);
+    put32(table + 4, TYPE_TABLE);
+    put32(table + 8, (uint32_t)n);
+    memcpy(table + 16, &comm->job_nonce, 8);
+    for (int r = 0; r < n; r++) put_info(table + RING__TABLE_HDR_LEN + (size_t)r * RING__TABLE_ENTRY_LEN, &all[r]);
+    for (int r = 1; r < n; r++) {
+        int e = ring__io_full(bs->rank_fds[r], table, tlen, 1, deadline, comm->wake_fd);
+        if (e) {
+            rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : RING_ERR_PEER, -e,
+                                    "bootstrap: sending the rank table to rank %d", r);
+            goto fail;
+        }
+    }
+fail:
+    if (lfd >= 0) close(lfd);
+    free(table);
+    return rc;
+}
+
+static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *root,
+                              const ring__peer_info_t *mine, ring__peer_info_t *all, int64_t deadline)
+{
+    ring_result_t rc = RING_OK;
+    char b[80];
+    int n = comm->nranks;
+    int fd = -1, last_err = 0;
+    unsigned char *table = NULL;
+    int64_t backoff = 10 * 1000000LL;
+    /* The root may start later than we do: retry refused connections until the deadline. */
+    while (fd < 0) {
+        if (atomic_load(&comm->aborted)) {
+            rc = ring__seterr(comm, RING_ERR_ABORTED, "bootstrap: aborted");
+            goto fail;
+        }
+        if (ring__now_ns() >= deadline) {
+            rc = ring__seterr_errno(comm, RING_ERR_CONNECT, last_err ? last_err : ETIMEDOUT,
+                                    "bootstrap: rank %d could not reach the root %s within %d ms (is rank 0 "
+                                    "running and RING_ROOT the address where it listens?)",
+                                    comm->rank, ring__addr_str(root, b, sizeof b), comm->params.timeout_ms);
+            goto fail;
+        }
+        int cfd = -1;
+        int e = ring__connect_start(root, &cfd);
+        if (!e) {
+            struct pollfd pf[2] = {{.fd = cfd, .events = POLLOUT}, {.fd = comm->wake_fd, .events = POLLIN}};
+            int64_t left = deadline - ring__now_ns();
+            poll(pf, 2, (int)RING__MIN(RING__MAX(left / 1000000, 1), 1000));
+            int r = ring__connect_check(cfd);
+            if (r == 1) {
+                fd = cfd;
+                break;
+            }
+            e = r < 0 ? -r : ETIMEDOUT;
+            close(cfd);
+        }
+        last_err = e;
+        struct timespec ts = {0, (long)backoff};
+        nanosleep(&ts, NULL);
+        backoff = RING__MIN(backoff * 2, 500 * 1000000LL);
+    }
+    unsigned char hello[RING__HELLO_LEN];
+    ring__hello_build(hello, comm->params.secret, (uint32_t)comm->rank, (uint32_t)n, mine);
+    int e = ring__io_full(fd, hello, sizeof hello, 1, deadline, comm->wake_fd);
+    unsigned char hdr[RING__TABLE_HDR_LEN];
+    if (!e) e = ring__io_full(fd, hdr, sizeof hdr, 0, deadline, comm->wake_fd);
+    if (e) {
+        rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_CONNECT,
+                                -e, "bootstrap: rank %d waiting for the rank table from the root %s (rank 0 died, or "
+                                "other ranks never joined?)", comm->rank, ring__addr_str(root, b, sizeof b));
+        goto fail;
+    }
+    if (get32(hdr) != TABLE_MAGIC) {
+        rc = ring__seterr(comm, RING_ERR_PROTOCOL, "bootstrap: %s is not a ringcomm root (bad reply magic)",
+                          ring__addr_str(root, b, sizeof b));
+        goto fail;
+    }
+    if (get32(hdr + 4) == TYPE_REJECT) {
+        char why[RING__REJECT_MSG_LEN] = "";
+        ring__io_full(fd, why, sizeof why, 0, RING__MIN(deadline, ring__now_ns() + 1000000000LL), -1);
+        why[sizeof why - 1] = '\0';
+        ring_result_t code = (ring_result_t)get32(hdr + 12);
+        if (code != RING_ERR_AUTH && code != RING_ERR_INVALID_ARG) code = RING_ERR_PROTOCOL;
+        rc = ring__seterr(comm, code, "bootstrap: the root %s rejected rank %d: %s",
+                          ring__addr_str(root, b, sizeof b), comm->rank, why);
+        goto fail;
+    }
+    if (get32(hdr + 4) != TYPE_TABLE || get32(hdr + 8) != (uint32_t)n) {
+        rc = ring__seterr(comm, RING_ERR_PROTOCOL, "bootstrap: malformed rank table from %s",
+                          ring__addr_str(root, b, sizeof b));
+        goto fail;
+    }
+    memcpy(&comm->job_nonce, hdr + 16, 8);
+    size_t tlen = (size_t)n * RING__TABLE_ENTRY_LEN;
+    table = malloc(tlen);
+    if (!table) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
+        goto fail;
+    }
+    e = ring__io_full(fd, table, tlen, 0, deadline, comm->wake_fd);
+    if (e) {
+        rc = ring__seterr_errno(comm, RING_ERR_PEER, -e, "bootstrap: reading the rank table from %s",
+                                ring__addr_str(root, b, sizeof b));
+        goto fail;
+    }
+    for (int r = 0; r < n; r++) {
+        if (get_info(table + (size_t)r * RING__TABLE_ENTRY_LEN, &all[r]) != 0) {
+            rc = ring__seterr(comm, RING_ERR_PROTOCOL, "bootstrap: malformed entry %d in the rank table", r);
+            goto fail;
+        }
+    }
+    bs->root_fd = fd;
+    fd = -1;
+fail:
+    if (fd >= 0) close(fd);
+    free(table);
+    return rc;
+}
+
+ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *root,
+                                   const ring__peer_info_t *mine, ring__peer_info_t *all,
+                                   int64_t deadline_ns)
+{
+    ring__bootstrap_t *bs = calloc(1, sizeof *bs);
+    if (!bs) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
+    bs->root_fd = -1;
+    bs->nranks = comm->nranks;
+    comm->bs = bs;
+    all[comm->rank] = *mine;
+    if (comm->rank != 0) return rank_run(comm, bs, root, mine, all, deadline_ns);
+    bs->rank_fds = malloc((size_t)comm->nranks * sizeof(int));
+    if (!bs->rank_fds) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
+    for (int r = 0; r < comm->nranks; r++) bs->rank_fds[r] = -1;
+    return root_run(comm, bs, root, all, deadline_ns);
+}
+
+void ring__bootstrap_close(ring__bootstrap_t *bs)
+{
+    if (!bs) return;
+    if (bs->root_fd >= 0) close(bs->root_fd);
+    if (bs->rank_fds)
+        for (int r = 0; r < bs->nranks; r++)
+            if (bs->rank_fds[r] >= 0) close(bs->rank_fds[r]);
+    free(bs->rank_fds);
+    free(bs);
+}

@@ -1,0 +1,53 @@
+/*
+ * Bootstrap: rank 0 listens on the root address; every other rank connects, authenticates
+ * with the job secret and publishes its transport address; rank 0 answers with the table of
+ * all ranks. The star of connections stays open for the communicator's lifetime (later used
+ * for error propagation and liveness).
+ */
+#ifndef RING_BOOTSTRAP_H
+#define RING_BOOTSTRAP_H
+
+#include "internal.h"
+#include "net.h"
+#include "transport.h"
+
+typedef struct ring__peer_info {
+    ring__tp_addr_t addr;
+    char host[RING__HOST_MAX];
+    char bootid[RING__BOOTID_MAX];
+    uint32_t pid;
+} ring__peer_info_t;
+
+typedef struct ring__bootstrap {
+    int root_fd;   /* non-root: connection to rank 0 */
+    int *rank_fds; /* rank 0: connection to every rank (index 0 unused) */
+    int nranks;
+} ring__bootstrap_t;
+
+/*
+ * Join the job. `mine` is this rank's info; on success all[0..nranks-1] holds everyone's and
+ * comm->job_nonce is set. Fails with a message naming the root address, and (on the root)
+ * the ranks that never arrived. Bounded by deadline_ns; comm->wake_fd aborts it.
+ */
+ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *root,
+                                   const ring__peer_info_t *mine, ring__peer_info_t *all,
+                                   int64_t deadline_ns);
+void ring__bootstrap_close(ring__bootstrap_t *bs);
+
+/* Fill host name and boot id (same host = same name and boot id). */
+void ring__host_identity(ring__peer_info_t *info);
+
+/* Wire sizes, exposed for tests. */
+#define RING__HELLO_LEN 272
+#define RING__TABLE_HDR_LEN 24
+#define RING__TABLE_ENTRY_LEN 240
+#define RING__REJECT_MSG_LEN 160
+
+/* Parse and validate a HELLO (used by the root and by tests). Returns a short reason for the
+ * rejection (NULL if valid) and fills rank/nranks/info. */
+const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16], uint32_t *rank,
+                              uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code);
+void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t rank,
+                       uint32_t nranks, const ring__peer_info_t *info);
+
+#endif

@@ -1,0 +1,352 @@
+/*
+ * Communicator lifecycle, the run queue and the progress thread.
+ *
+ * Threads: every communicator has one progress thread that runs queued (_async) operations
+ * in issue order. A blocking call runs inline in the caller's thread when nothing is queued
+ * or running (no thread hand-off on the common path, which matters for small-message
+ * latency); otherwise it queues behind the others and waits. `busy` serialises the two, so
+ * exactly one operation drives the connections at any time.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "engine.h"
+#include "log.h"
+#include "net.h"
+#include "param.h"
+#include "transport.h"
+
+static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring_result_t fc = ring__failed_result(comm, ring__coll_name(op->coll));
+    if (fc != RING_OK) return fc;
+    ring_result_t rc = ring__run_op(comm, op);
+    if (rc != RING_OK) ring__comm_fail(comm, rc);
+    return rc;
+}
+
+static void *progress_main(void *arg)
+{
+    ring_comm_t *comm = arg;
+    pthread_mutex_lock(&comm->mu);
+    for (;;) {
+        while (!comm->shutdown && (!comm->qhead || comm->busy)) pthread_cond_wait(&comm->cv_work, &comm->mu);
+        if (!comm->qhead) break; /* shutdown with an empty queue */
+        if (comm->busy) continue;
+        struct ring_request *r = comm->qhead;
+        comm->qhead = r->qnext;
+        if (!comm->qhead) comm->qtail = NULL;
+        comm->busy = 1;
+        pthread_mutex_unlock(&comm->mu);
+        ring_result_t rc = run_one(comm, &r->op);
+        pthread_mutex_lock(&comm->mu);
+        r->result = rc;
+        atomic_store(&r->done, 1);
+        comm->busy = 0;
+        pthread_cond_broadcast(&comm->cv_done);
+    }
+    pthread_mutex_unlock(&comm->mu);
+    return NULL;
+}
+
+static void enqueue(ring_comm_t *comm, struct ring_request *r)
+{
+    r->qnext = NULL;
+    if (comm->qtail) comm->qtail->qnext = r;
+    else comm->qhead = r;
+    comm->qtail = r;
+    pthread_cond_signal(&comm->cv_work);
+}
+
+ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp)
+{
+    pthread_mutex_lock(&comm->mu);
+    if (comm->shutdown) {
+        pthread_mutex_unlock(&comm->mu);
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s called during ring_comm_destroy", ring__coll_name(op->coll));
+    }
+    op->seq = comm->next_seq++;
+    if (!reqp) {
+        if (!comm->busy && !comm->qhead) {
+            comm->busy = 1;
+            pthread_mutex_unlock(&comm->mu);
+            ring_result_t rc = run_one(comm, op);
+            pthread_mutex_lock(&comm->mu);
+            comm->busy = 0;
+            if (comm->qhead) pthread_cond_signal(&comm->cv_work);
+            pthread_cond_broadcast(&comm->cv_done);
+            pthread_mutex_unlock(&comm->mu);
+            return rc;
+        }
+        struct ring_request r = {.comm = comm, .op = *op, .on_stack = 1};
+        atomic_init(&r.done, 0);
+        enqueue(comm, &r);
+        while (!atomic_load(&r.done)) pthread_cond_wait(&comm->cv_done, &comm->mu);
+        pthread_mutex_unlock(&comm->mu);
+        return r.result;
+    }
+    struct ring_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        comm->next_seq--; /* nothing was issued: keep sequence numbers aligned across ranks */
+        pthread_mutex_unlock(&comm->mu);
+        return ring__seterr(comm, RING_ERR_NOMEM, "out of memory for a request");
+    }
+    r->comm = comm;
+    r->op = *op;
+    atomic_init(&r->done, 0);
+    r->live_next = comm->live;
+    if (comm->live) comm->live->live_prev = r;
+    comm->live = r;
+    enqueue(comm, r);
+    pthread_mutex_unlock(&comm->mu);
+    *reqp = r;
+    return RING_OK;
+}
+
+ring_result_t ring_wait(ring_request_t *req)
+{
+    if (!req) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_wait: request is NULL");
+    ring_comm_t *comm = req->comm;
+    pthread_mutex_lock(&comm->mu);
+    while (!atomic_load(&req->done)) pthread_cond_wait(&comm->cv_done, &comm->mu);
+    if (req->live_prev) req->live_prev->live_next = req->live_next;
+    else comm->live = req->live_next;
+    if (req->live_next) req->live_next->live_prev = req->live_prev;
+    pthread_mutex_unlock(&comm->mu);
+    ring_result_t rc = req->result;
+    free(req);
+    return rc;
+}
+
+ring_result_t ring_test(ring_request_t *req, int *done)
+{
+    if (!req || !done) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_test: NULL request or done pointer");
+    *done = atomic_load(&req->done);
+    return *done ? req->result : RING_OK;
+}
+
+static void release_network(ring_comm_t *comm)
+{
+    if (comm->tp) {
+        comm->tp->close(comm->send_right);
+        comm->tp->close(comm->recv_left);
+        comm->tp->fini(comm->tp_ctx);
+    }
+    comm->send_right = comm->recv_left = comm->tp_ctx = NULL;
+    ring__bootstrap_close(comm->bs);
+    comm->bs = NULL;
+}
+
+static void peer_desc(char *out, size_t len, int rank, const ring__peer_info_t *pi)
+{
+    ring__sockaddr_t a;
+    memset(&a, 0, sizeof a);
+    memcpy(&a.ss, pi->addr.data, RING__MIN(pi->addr.len, sizeof a.ss));
+    a.len = pi->addr.len;
+    char b[80];
+    snprintf(out, len, "rank %d (%s on %s)", rank, ring__addr_str(&a, b, sizeof b), pi->host);
+}
+
+static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
+{
+    ring_result_t rc;
+    const ring__transport_t *tp = &ring__tcp_transport;
+    ring__sockaddr_t root, local;
+    ring__peer_info_t mine, *all = NULL;
+    void *lcomm = NULL;
+    char ifname[64], b[80], b2[80];
+    int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+    int n = comm->nranks;
+
+    RING_CHECK(ring__addr_resolve(comm, root_addr, &root));
+    RING_CHECK(ring__local_addr(comm, comm->params.ifname, &root, &local, ifname, sizeof ifname));
+    memcpy(&comm->data_addr, &local.ss, local.len);
+    comm->data_addr_len = local.len;
+    comm->tp = tp;
+    RING_CHECK(tp->init(comm, &comm->tp_ctx));
+    memset(&mine, 0, sizeof mine);
+    RING_CHECK(tp->listen(comm->tp_ctx, &mine.addr, &lcomm));
+    ring__host_identity(&mine);
+    {
+        ring__sockaddr_t la;
+        memcpy(&la.ss, mine.addr.data, mine.addr.len);
+        la.len = mine.addr.len;
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
+                 "rank %d/%d: root %s, data address %s on interface %s%s, %s transport, %d socket(s), chunk %zu B, depth %d",
+                 comm->rank, n, ring__addr_str(&root, b, sizeof b), ring__addr_str(&la, b2, sizeof b2), ifname,
+                 comm->params.ifname[0] ? " (RING_SOCKET_IFNAME)" : " (route to the root)", tp->name, comm->params.nsocks,
+                 comm->params.chunk_bytes, comm->params.pipeline_depth);
+    }
+    if (!comm->params.secret_set)
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
+                 "RING_SECRET is not set: connections are checked against a built-in default secret only");
+    all = calloc((size_t)n, sizeof *all);
+    if (!all) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    RING_CHECK(ring__bootstrap_init(comm, &root, &mine, all, deadline));
+
+    comm->left = ring__mod_int(comm->rank - 1, n);
+    comm->right = ring__mod_int(comm->rank + 1, n);
+    peer_desc(comm->peer_desc[0], sizeof comm->peer_desc[0], comm->left, &all[comm->left]);
+    peer_desc(comm->peer_desc[1], sizeof comm->peer_desc[1], comm->right, &all[comm->right]);
+    for (;;) {
+        if (!comm->send_right) RING_CHECK(tp->connect(comm->tp_ctx, &all[comm->right].addr, comm->right, &comm->send_right));
+        if (!comm->recv_left) RING_CHECK(tp->accept(lcomm, comm->left, &comm->recv_left));
+        if (comm->send_right && comm->recv_left) break;
+        if (atomic_load(&comm->aborted)) {
+            rc = ring__seterr(comm, RING_ERR_ABORTED, "init aborted while connecting the ring");
+            goto fail;
+        }
+        if (ring__now_ns() > deadline) {
+            rc = ring__seterr(comm, RING_ERR_TIMEOUT,
+                              "timed out after %d ms connecting the ring: connection to right neighbour %s %s, "
+                              "connection from left neighbour %s %s",
+                              comm->params.timeout_ms, comm->peer_desc[1], comm->send_right ? "done" : "NOT established",
+                              comm->peer_desc[0], comm->recv_left ? "done" : "NOT established");
+            goto fail;
+        }
+        struct pollfd fds[64];
+        int nf = tp->listen_pollfds(lcomm, fds, 63);
+        fds[nf++] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+        poll(fds, (nfds_t)nf, 10);
+    }
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s, right %s", comm->peer_desc[0],
+             comm->peer_desc[1]);
+fail:
+    if (lcomm) tp->close_listen(lcomm);
+    free(all);
+    return rc;
+}
+
+ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, const char *root_addr,
+                                    const ring_config_t *cfg)
+{
+    ring_result_t rc = RING_OK;
+    if (!out) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: comm pointer is NULL");
+    *out = NULL;
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: rank %d / nranks %d out of range", rank, nranks);
+    if (nranks > 1 && (!root_addr || !*root_addr))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: root_addr is required when nranks > 1");
+    ring_comm_t *comm = calloc(1, sizeof *comm);
+    if (!comm) return ring__seterr(NULL, RING_ERR_NOMEM, "ring_comm_init: out of memory");
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->wake_fd = -1;
+    atomic_init(&comm->fail_code, RING_OK);
+    atomic_init(&comm->aborted, 0);
+    pthread_mutex_init(&comm->err_mu, NULL);
+    pthread_mutex_init(&comm->mu, NULL);
+    pthread_cond_init(&comm->cv_work, NULL);
+    pthread_cond_init(&comm->cv_done, NULL);
+    *out = comm;
+
+    if (ring__params_resolve(&comm->params, cfg) != RING_OK) {
+        snprintf(comm->errmsg, sizeof comm->errmsg, "%s", ring__tls_errbuf());
+        rc = RING_ERR_INVALID_ARG;
+        goto fail;
+    }
+    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (comm->wake_fd < 0) {
+        rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "eventfd");
+        goto fail;
+    }
+    if (nranks > 1) RING_CHECK(connect_ring(comm, root_addr));
+
+    sigset_t all, old;
+    sigfillset(&all);
+    /* The progress thread must not take the application's signals (Ctrl-C handlers etc.). */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&comm->thread, NULL, progress_main, comm);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e) {
+        rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, e, "cannot start the progress thread");
+        goto fail;
+    }
+    comm->thread_started = 1;
+    return RING_OK;
+fail:
+    /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. */
+    release_network(comm);
+    ring__comm_fail(comm, rc);
+    snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);
+    return rc;
+}
+
+ring_result_t ring_comm_init(ring_comm_t **comm, int nranks, int rank, const char *root_addr)
+{
+    return ring_comm_init_config(comm, nranks, rank, root_addr, NULL);
+}
+
+ring_result_t ring_comm_init_env(ring_comm_t **comm)
+{
+    if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init_env: comm pointer is NULL");
+    *comm = NULL;
+    ring__env_bootstrap_t eb;
+    ring_result_t rc = ring__env_bootstrap(&eb);
+    if (rc != RING_OK) return rc;
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, eb.rank, "init from %s environment: rank %d of %d, root %s", eb.source,
+             eb.rank, eb.nranks, eb.root);
+    return ring_comm_init(comm, eb.nranks, eb.rank, eb.root);
+}
+
+ring_result_t ring_comm_abort(ring_comm_t *comm)
+{
+    if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: comm is NULL");
+    atomic_store_explicit(&comm->aborted, 1, memory_order_release);
+    uint64_t one = 1;
+    if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) { /* already signalled */ }
+    pthread_mutex_lock(&comm->mu);
+    ring__seterr(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
+    ring__comm_fail(comm, RING_ERR_ABORTED);
+    while (comm->qhead) {
+        struct ring_request *r = comm->qhead;
+        comm->qhead = r->qnext;
+        r->result = RING_ERR_ABORTED;
+        atomic_store(&r->done, 1);
+    }
+    comm->qtail = NULL;
+    pthread_cond_broadcast(&comm->cv_done);
+    pthread_mutex_unlock(&comm->mu);
+    return RING_OK;
+}
+
+ring_result_t ring_comm_destroy(ring_comm_t *comm)
+{
+    if (!comm) return RING_OK;
+    pthread_mutex_lock(&comm->mu);
+    comm->shutdown = 1;
+    pthread_cond_broadcast(&comm->cv_work);
+    pthread_mutex_unlock(&comm->mu);
+    if (comm->thread_started) pthread_join(comm->thread, NULL);
+    /* A blocking call still running inline in another thread would be a caller bug; wait for it
+     * rather than free memory under it. */
+    pthread_mutex_lock(&comm->mu);
+    while (comm->busy) pthread_cond_wait(&comm->cv_done, &comm->mu);
+    pthread_mutex_unlock(&comm->mu);
+    release_network(comm);
+    while (comm->live) {
+        struct ring_request *n = comm->live->live_next;
+        free(comm->live);
+        comm->live = n;
+    }
+    free(comm->scratch);
+    if (comm->wake_fd >= 0) close(comm->wake_fd);
+    pthread_cond_destroy(&comm->cv_work);
+    pthread_cond_destroy(&comm->cv_done);
+    pthread_mutex_destroy(&comm->mu);
+    pthread_mutex_destroy(&comm->err_mu);
+    free(comm);
+    return RING_OK;
+}
+
+int ring_comm_rank(const ring_comm_t *comm) { return comm ? comm->rank : -1; }
+int ring_comm_nranks(const ring_comm_t *comm) { return comm ? comm->nranks : -1; }

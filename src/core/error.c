@@ -1,0 +1,152 @@
+/*
+ * Result codes, names, and the error-message plumbing behind ring_comm_last_error().
+ * Messages are formatted once, where the failure is understood (which peer, which address,
+ * which call), so that the caller never has to guess from a bare code.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "log.h"
+
+const char *ring_strerror(ring_result_t r)
+{
+    switch (r) {
+#define RING_X_STR(name, value, desc)                                                              \
+    case name: return desc;
+        RING_RESULT_LIST(RING_X_STR)
+#undef RING_X_STR
+    }
+    return "unknown result code";
+}
+
+const char *ring_result_name(ring_result_t r)
+{
+    switch (r) {
+#define RING_X_NAME(name, value, desc)                                                             \
+    case name: return #name;
+        RING_RESULT_LIST(RING_X_NAME)
+#undef RING_X_NAME
+    }
+    return "RING_ERR_UNKNOWN";
+}
+
+int ring_version(void) { return RING_VERSION_CODE; }
+
+size_t ring_dtype_size(ring_dtype_t d)
+{
+    switch (d) {
+    case RING_INT8: case RING_UINT8: return 1;
+    case RING_FLOAT16: case RING_BFLOAT16: return 2;
+    case RING_INT32: case RING_UINT32: case RING_FLOAT32: return 4;
+    case RING_INT64: case RING_UINT64: case RING_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+const char *ring__dtype_name(ring_dtype_t d)
+{
+    static const char *const names[] = {"int8",  "uint8",  "int32",    "uint32",  "int64",
+                                        "uint64", "float16", "bfloat16", "float32", "float64"};
+    return (unsigned)d < RING_DTYPE_COUNT ? names[d] : "invalid-dtype";
+}
+
+const char *ring__op_name(ring_op_t o)
+{
+    static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
+    return (unsigned)o < RING_OP_COUNT ? names[o] : "invalid-op";
+}
+
+const char *ring__coll_name(ring__coll_t c)
+{
+    switch (c) {
+    case RING__COLL_ALLREDUCE: return "allreduce";
+    case RING__COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case RING__COLL_ALLGATHER: return "allgather";
+    case RING__COLL_BROADCAST: return "broadcast";
+    case RING__COLL_BARRIER: return "barrier";
+    }
+    return "invalid-collective";
+}
+
+static _Thread_local char tls_err[RING__ERRMSG_MAX];
+
+char *ring__tls_errbuf(void) { return tls_err; }
+
+static ring_result_t vset(ring_comm_t *comm, ring_result_t code, int errnum, const char *fmt,
+                          va_list ap)
+{
+    char buf[RING__ERRMSG_MAX];
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    if (n < 0) n = 0;
+    if (errnum && (size_t)n < sizeof buf) {
+        char eb[128];
+        /* GNU strerror_r returns the message pointer (may not use eb). */
+        const char *es = strerror_r(errnum, eb, sizeof eb);
+        snprintf(buf + n, sizeof buf - (size_t)n, ": %s (errno %d)", es, errnum);
+    }
+    if (comm) {
+        pthread_mutex_lock(&comm->err_mu);
+        memcpy(comm->errmsg, buf, sizeof buf);
+        pthread_mutex_unlock(&comm->err_mu);
+        RING_LOG(RING_LOG_WARN, RING_SUB_ALL, comm->rank, "%s: %s", ring_result_name(code), buf);
+    } else {
+        memcpy(tls_err, buf, sizeof buf);
+        RING_LOG(RING_LOG_WARN, RING_SUB_ALL, -1, "%s: %s", ring_result_name(code), buf);
+    }
+    return code;
+}
+
+ring_result_t ring__seterr(ring_comm_t *comm, ring_result_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(comm, code, 0, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+ring_result_t ring__seterr_errno(ring_comm_t *comm, ring_result_t code, int errnum,
+                                 const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset(comm, code, errnum, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void ring__comm_fail(ring_comm_t *comm, ring_result_t code)
+{
+    if (!comm || code == RING_OK) return;
+    pthread_mutex_lock(&comm->err_mu);
+    int expected = RING_OK;
+    if (atomic_compare_exchange_strong(&comm->fail_code, &expected, (int)code))
+        memcpy(comm->fail_msg, comm->errmsg, sizeof comm->fail_msg);
+    pthread_mutex_unlock(&comm->err_mu);
+}
+
+ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)
+{
+    int fc = atomic_load(&comm->fail_code);
+    if (fc == RING_OK) return RING_OK;
+    pthread_mutex_lock(&comm->err_mu);
+    snprintf(comm->errmsg, sizeof comm->errmsg, "%s: communicator failed earlier: %.900s", what, comm->fail_msg);
+    pthread_mutex_unlock(&comm->err_mu);
+    return (ring_result_t)fc;
+}
+
+const char *ring_comm_last_error(const ring_comm_t *comm)
+{
+    return comm ? comm->errmsg : tls_err;
+}
+
+int64_t ring__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}

@@ -1,0 +1,149 @@
+/*
+ * Internal definitions shared by every module of the library: the communicator, requests,
+ * operation descriptors, and the CHECK/goto-fail idiom.
+ */
+#ifndef RING_INTERNAL_H
+#define RING_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ring_config.h"
+#include "ringcomm.h"
+
+#define RING__ERRMSG_MAX 1024
+#define RING__HOST_MAX 64
+#define RING__BOOTID_MAX 40
+
+/* Evaluate an expression returning ring_result_t; on failure jump to the cleanup tail. */
+#define RING_CHECK_GOTO(expr, rc, label)                                                           \
+    do {                                                                                           \
+        (rc) = (expr);                                                                             \
+        if ((rc) != RING_OK) goto label;                                                           \
+    } while (0)
+#define RING_CHECK(expr) RING_CHECK_GOTO(expr, rc, fail)
+
+#define RING__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define RING__MAX(a, b) ((a) > (b) ? (a) : (b))
+
+typedef enum {
+    RING__COLL_ALLREDUCE = 1,
+    RING__COLL_REDUCE_SCATTER,
+    RING__COLL_ALLGATHER,
+    RING__COLL_BROADCAST,
+    RING__COLL_BARRIER,
+} ring__coll_t;
+
+const char *ring__coll_name(ring__coll_t c);
+const char *ring__dtype_name(ring_dtype_t d);
+const char *ring__op_name(ring_op_t o);
+
+/* One collective call as issued by the user, validated. */
+typedef struct ring__opdesc {
+    ring__coll_t coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* allreduce/broadcast: elements; reduce_scatter/allgather: per rank */
+    ring_dtype_t dtype;
+    ring_op_t op;
+    int root;
+    uint64_t seq; /* per-communicator sequence number, assigned at issue time */
+} ring__opdesc_t;
+
+struct ring_request {
+    ring_comm_t *comm;
+    ring__opdesc_t op;
+    ring_result_t result;
+    atomic_int done;
+    int on_stack; /* blocking slow path: owned by the caller's frame, never freed here */
+    struct ring_request *qnext;          /* run queue */
+    struct ring_request *live_prev, *live_next; /* every heap request not yet waited for */
+};
+
+struct ring__transport;
+struct ring__bootstrap;
+
+typedef struct ring__params {
+    int timeout_ms;
+    size_t chunk_bytes;
+    int nsocks;
+    int pipeline_depth;
+    size_t sockbuf_bytes;
+    int port_lo, port_hi; /* data listen port range; 0,0 = ephemeral */
+    uint8_t secret[16];
+    int secret_set;
+    char ifname[128];
+} ring__params_t;
+
+struct ring_comm {
+    int rank, nranks;
+    ring__params_t params;
+
+    /* Error state. fail_code is set once, by the first failure of a collective; later calls
+     * return it at once. errmsg holds the detail of the most recent failure of any call. */
+    pthread_mutex_t err_mu;
+    atomic_int fail_code;
+    char fail_msg[RING__ERRMSG_MAX];
+    char errmsg[RING__ERRMSG_MAX];
+
+    atomic_int aborted;
+    int wake_fd; /* eventfd: abort() writes it so that a poll() in progress returns at once */
+
+    /* Run queue and progress thread. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work; /* progress thread: work queued or shutdown */
+    pthread_cond_t cv_done; /* waiters: a request finished or the engine went idle */
+    struct ring_request *qhead, *qtail;
+    struct ring_request *live;
+    int busy;     /* an operation is running (inline in a caller, or on the thread) */
+    int shutdown; /* destroy in progress */
+    int thread_started;
+    pthread_t thread;
+    uint64_t next_seq;
+
+    /* Address (IP, port 0) chosen for data connections, and a per-job nonce from the root
+     * that every data connection must present along with the secret. */
+    struct sockaddr_storage data_addr;
+    unsigned data_addr_len;
+    uint64_t job_nonce;
+
+    /* Bootstrap star (kept for the communicator's lifetime) and ring connections. */
+    struct ring__bootstrap *bs;
+    const struct ring__transport *tp;
+    void *tp_ctx;
+    void *send_right; /* transport send connection to rank+1 */
+    void *recv_left;  /* transport receive connection from rank-1 */
+    int left, right;
+    char peer_desc[2][160]; /* "rank 3 (10.0.0.4:40123)" for left [0] and right [1] */
+
+    /* Scratch for the engine: pipeline_depth chunks, allocated lazily, reused. */
+    void *scratch;
+    size_t scratch_bytes;
+};
+
+/* Error reporting. All set the comm's last error (if comm != NULL, else thread-local). */
+ring_result_t ring__seterr(ring_comm_t *comm, ring_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Same, appending ": <strerror(errnum)>". */
+ring_result_t ring__seterr_errno(ring_comm_t *comm, ring_result_t code, int errnum,
+                                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Mark the communicator failed with the current error (first failure wins). */
+void ring__comm_fail(ring_comm_t *comm, ring_result_t code);
+/* If comm has failed: set "<what>: communicator failed earlier: <first error>" and return
+ * the first error's code; else RING_OK. */
+ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);
+/* Thread-local message buffer for failures without a communicator. */
+char *ring__tls_errbuf(void);
+
+/* Queue (reqp != NULL) or run (reqp == NULL) a validated operation; assigns op->seq. */
+ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp);
+
+static inline int ring__mod_int(int a, int n) { return ((a % n) + n) % n; }
+
+/* Monotonic clock in nanoseconds. */
+int64_t ring__now_ns(void);
+
+#endif

@@ -1,0 +1,254 @@
+/* Socket plumbing: resolution, interface choice, listen/connect, deadline I/O. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "net.h"
+#include "param.h"
+
+ring_result_t ring__addr_resolve(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out)
+{
+    char host[256], port[16];
+    if (ring__parse_hostport(hostport, host, sizeof host, port, sizeof port) != 0)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                            "bad address \"%s\": expected host:port or [ipv6]:port", hostport ? hostport : "(null)");
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int e = getaddrinfo(host, port, &hints, &res);
+    if (e != 0 || !res)
+        return ring__seterr(comm, RING_ERR_CONNECT, "cannot resolve \"%s\": %s", hostport, gai_strerror(e));
+    memset(out, 0, sizeof *out);
+    memcpy(&out->ss, res->ai_addr, res->ai_addrlen);
+    out->len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return RING_OK;
+}
+
+const char *ring__addr_str(const ring__sockaddr_t *a, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (a->ss.ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)&a->ss;
+        inet_ntop(AF_INET, &s->sin_addr, ip, sizeof ip);
+        snprintf(buf, len, "%s:%d", ip, ntohs(s->sin_port));
+    } else if (a->ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)&a->ss;
+        inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof ip);
+        snprintf(buf, len, "[%s]:%d", ip, ntohs(s->sin6_port));
+    } else {
+        snprintf(buf, len, "(family %d)", a->ss.ss_family);
+    }
+    return buf;
+}
+
+int ring__addr_port(const ring__sockaddr_t *a)
+{
+    if (a->ss.ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
+    if (a->ss.ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
+    return 0;
+}
+
+void ring__addr_set_port(ring__sockaddr_t *a, int port)
+{
+    if (a->ss.ss_family == AF_INET) ((struct sockaddr_in *)&a->ss)->sin_port = htons((uint16_t)port);
+    else if (a->ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&a->ss)->sin6_port = htons((uint16_t)port);
+}
+
+/* One NCCL-style interface filter: a comma list of prefixes, "=" for exact names, "^" to
+ * exclude instead of include. */
+static int if_match(const char *spec, const char *name)
+{
+    int exclude = spec[0] == '^';
+    if (exclude) spec++;
+    int exact = spec[0] == '=';
+    if (exact) spec++;
+    int hit = 0;
+    while (*spec && !hit) {
+        size_t n = strcspn(spec, ",");
+        hit = exact ? (strlen(name) == n && !strncmp(name, spec, n)) : !strncmp(name, spec, n);
+        spec += n;
+        if (*spec == ',') spec++;
+    }
+    return exclude ? !hit : hit;
+}
+
+ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring__sockaddr_t *toward,
+                               ring__sockaddr_t *out, char *ifout, size_t ifoutlen)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(ifout, ifoutlen, "?");
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) != 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "getifaddrs");
+    ring_result_t rc = RING_OK;
+    if (ifname && *ifname) {
+        /* Same family as the root first, so the data path matches the bootstrap path. */
+        for (int pass = 0; pass < 2 && out->len == 0; pass++) {
+            for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+                if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+                int fam = i->ifa_addr->sa_family;
+                if (fam != AF_INET && fam != AF_INET6) continue;
+                if (pass == 0 && fam != toward->ss.ss_family) continue;
+                if (!if_match(ifname, i->ifa_name)) continue;
+                out->len = fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+                memcpy(&out->ss, i->ifa_addr, out->len);
+                snprintf(ifout, ifoutlen, "%s", i->ifa_name);
+                break;
+            }
+        }
+        if (out->len == 0)
+            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                              "RING_SOCKET_IFNAME=\"%s\" matches no interface that is up with an IP address", ifname);
+    } else {
+        int fd = socket(toward->ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "socket(UDP)");
+        } else {
+            char b[80];
+            out->len = sizeof out->ss;
+            if (connect(fd, (const struct sockaddr *)&toward->ss, toward->len) != 0 ||
+                getsockname(fd, (struct sockaddr *)&out->ss, &out->len) != 0)
+                rc = ring__seterr_errno(comm, RING_ERR_CONNECT, errno, "no route to the root %s",
+                                        ring__addr_str(toward, b, sizeof b));
+            close(fd);
+        }
+        /* Name the interface that holds this address, for the log. */
+        for (struct ifaddrs *i = ifa; rc == RING_OK && i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != out->ss.ss_family) continue;
+            int same = out->ss.ss_family == AF_INET
+                           ? !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr,
+                                     &((struct sockaddr_in *)&out->ss)->sin_addr, sizeof(struct in_addr))
+                           : !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                                     &((struct sockaddr_in6 *)&out->ss)->sin6_addr, sizeof(struct in6_addr));
+            if (same) {
+                snprintf(ifout, ifoutlen, "%s", i->ifa_name);
+                break;
+            }
+        }
+    }
+    freeifaddrs(ifa);
+    if (rc == RING_OK) ring__addr_set_port(out, 0);
+    return rc;
+}
+
+int ring__set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
+                           int port_hi, int *fdp)
+{
+    char b[80];
+    int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "socket");
+    int one = 1;
+    if (reuse) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int err = 0;
+    if (port_lo > 0) {
+        err = EADDRINUSE;
+        for (int p = port_lo; p <= port_hi && err; p++) {
+            ring__addr_set_port(addr, p);
+            err = bind(fd, (struct sockaddr *)&addr->ss, addr->len) == 0 ? 0 : errno;
+        }
+    } else {
+        err = bind(fd, (struct sockaddr *)&addr->ss, addr->len) == 0 ? 0 : errno;
+    }
+    if (err) {
+        close(fd);
+        if (port_lo > 0)
+            return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "cannot bind any port of RING_PORT_RANGE %d-%d",
+                                      port_lo, port_hi);
+        return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "cannot bind %s", ring__addr_str(addr, b, sizeof b));
+    }
+    if (listen(fd, 256) != 0) {
+        err = errno;
+        close(fd);
+        return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "listen on %s", ring__addr_str(addr, b, sizeof b));
+    }
+    addr->len = sizeof addr->ss;
+    getsockname(fd, (struct sockaddr *)&addr->ss, &addr->len);
+    *fdp = fd;
+    return RING_OK;
+}
+
+int ring__connect_start(const ring__sockaddr_t *addr, int *fdp)
+{
+    int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    if (connect(fd, (const struct sockaddr *)&addr->ss, addr->len) != 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    *fdp = fd;
+    return 0;
+}
+
+int ring__connect_check(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int n = poll(&p, 1, 0);
+    if (n == 0) return 0;
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0) return -errno;
+    return err ? -err : 1;
+}
+
+void ring__sock_tune(int fd, size_t bufbytes)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    if (bufbytes) {
+        int b = bufbytes > (size_t)1 << 30 ? 1 << 30 : (int)bufbytes;
+        /* The FORCE variants pass net.core.[rw]mem_max when we may (root); plain ones otherwise. */
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &b, sizeof b) != 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &b, sizeof b) != 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+    }
+}
+
+int ring__io_full(int fd, void *buf, size_t len, int writing, int64_t deadline_ns, int wake_fd)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, len, MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0) return -ECONNRESET;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+        int64_t left = deadline_ns - ring__now_ns();
+        if (left <= 0) return -ETIMEDOUT;
+        struct pollfd pf[2] = {{.fd = fd, .events = writing ? POLLOUT : POLLIN},
+                               {.fd = wake_fd, .events = POLLIN}};
+        int ms = (int)RING__MIN(left / 1000000 + 1, 1000);
+        int r = poll(pf, wake_fd >= 0 ? 2 : 1, ms);
+        if (r < 0 && errno != EINTR) return -errno;
+        if (r > 0 && wake_fd >= 0 && (pf[1].revents & POLLIN)) return -ECANCELED;
+    }
+    return 0;
+}
+
+int ring__secret_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint8_t d = 0;
+    for (size_t i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}

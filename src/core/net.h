@@ -1,0 +1,51 @@
+/* Socket helpers shared by the bootstrap and the TCP transport. */
+#ifndef RING_NET_H
+#define RING_NET_H
+
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+
+typedef struct ring__sockaddr {
+    struct sockaddr_storage ss;
+    socklen_t len;
+} ring__sockaddr_t;
+
+/* Resolve "host:port" (getaddrinfo, first stream address). */
+ring_result_t ring__addr_resolve(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out);
+/* "ip:port" or "[ip6]:port" for logs and messages. */
+const char *ring__addr_str(const ring__sockaddr_t *a, char *buf, size_t len);
+int ring__addr_port(const ring__sockaddr_t *a);
+void ring__addr_set_port(ring__sockaddr_t *a, int port);
+
+/*
+ * The local address for data connections: the interface named by ifname (NCCL-style list:
+ * "eth0,ib" prefixes, "=eth0" exact, "^docker,lo" exclusions) if given, else the address the
+ * kernel would use to reach `toward` (the root), found with a connected UDP socket (no
+ * packet is sent). Port 0. *ifout receives the interface name (may be "?").
+ */
+ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring__sockaddr_t *toward,
+                               ring__sockaddr_t *out, char *ifout, size_t ifoutlen);
+
+/* Non-blocking listening socket. port_lo..port_hi (0,0 = the address's port as given). */
+ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
+                           int port_hi, int *fd);
+/* Start a non-blocking connect. 0 = connected or in progress; else errno. */
+int ring__connect_start(const ring__sockaddr_t *addr, int *fd);
+/* Has the non-blocking connect on fd finished? 1 yes, 0 not yet, -errno on failure. */
+int ring__connect_check(int fd);
+/* TCP_NODELAY, keepalive, optional buffer sizes. */
+void ring__sock_tune(int fd, size_t bufbytes);
+int ring__set_nonblock(int fd);
+
+/* Blocking-with-deadline I/O for the bootstrap (poll-driven, EINTR-safe, MSG_NOSIGNAL).
+ * Return 0, or a negative errno (-ETIMEDOUT at the deadline, -ECONNRESET on EOF,
+ * -ECANCELED when wake_fd fires). */
+int ring__io_full(int fd, void *buf, size_t len, int writing, int64_t deadline_ns, int wake_fd);
+
+/* Constant-time comparison, so that probing the secret byte by byte learns nothing. */
+int ring__secret_equal(const uint8_t *a, const uint8_t *b, size_t n);
+
+#endif

@@ -1,0 +1,275 @@
+/* Environment parsing and parameter resolution. See param.h and docs/env.md. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "param.h"
+
+int ring__parse_size(const char *s, size_t *out)
+{
+    if (!s) return -1;
+    while (isspace((unsigned char)*s)) s++;
+    if (!isdigit((unsigned char)*s)) return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -1;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift && (end[0] == 'i' || end[0] == 'I') && (end[1] == 'B' || end[1] == 'b')) end += 2;
+    else if (shift && (end[0] == 'B' || end[0] == 'b')) end++;
+    else if (!shift && (end[0] == 'B' || end[0] == 'b')) end++;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) return -1;
+    if (shift && v > (SIZE_MAX >> shift)) return -1;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+int ring__parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    while (isspace((unsigned char)*end)) end++;
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int ring__parse_hostport(const char *s, char *host, size_t hostlen, char *port, size_t portlen)
+{
+    if (!s || !*s) return -1;
+    const char *colon;
+    const char *h = s;
+    size_t hl;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':') return -1;
+        h = s + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon) return -1;
+        if (memchr(s, ':', (size_t)(colon - s))) return -1; /* bare IPv6 needs brackets */
+        hl = (size_t)(colon - s);
+    }
+    const char *p = colon + 1;
+    long long pv;
+    if (hl == 0 || hl >= hostlen || ring__parse_int(p, 1, 65535, &pv) != 0) return -1;
+    if (strlen(p) >= portlen) return -1;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    snprintf(port, portlen, "%lld", pv);
+    return 0;
+}
+
+int ring__parse_port_range(const char *s, int *lo, int *hi)
+{
+    char a[16], b[16];
+    const char *dash = s ? strchr(s, '-') : NULL;
+    if (!dash || (size_t)(dash - s) >= sizeof a || strlen(dash + 1) >= sizeof b) return -1;
+    memcpy(a, s, (size_t)(dash - s));
+    a[dash - s] = '\0';
+    strcpy(b, dash + 1);
+    long long l, h;
+    if (ring__parse_int(a, 1, 65535, &l) || ring__parse_int(b, 1, 65535, &h) || l > h) return -1;
+    *lo = (int)l;
+    *hi = (int)h;
+    return 0;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    c = tolower(c);
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+void ring__secret_from_string(const char *s, unsigned char out[16])
+{
+    size_t n = strlen(s);
+    int hex = n == 32;
+    for (size_t i = 0; hex && i < 32; i++) hex = hexval((unsigned char)s[i]) >= 0;
+    if (hex) {
+        for (int i = 0; i < 16; i++)
+            out[i] = (unsigned char)(hexval((unsigned char)s[2 * i]) << 4 | hexval((unsigned char)s[2 * i + 1]));
+        return;
+    }
+    /* Not a key: stretch the string into 128 bits with two independent FNV-1a streams. It is
+     * only as secret as the string is; ringrun and docs recommend 32 random hex digits. */
+    uint64_t h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
+    for (size_t i = 0; i < n; i++) {
+        h1 = (h1 ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+        h2 = (h2 ^ (unsigned char)s[n - 1 - i]) * 0x100000001b3ULL;
+    }
+    memcpy(out, &h1, 8);
+    memcpy(out + 8, &h2, 8);
+}
+
+ring_result_t ring_config_init(ring_config_t *cfg)
+{
+    if (!cfg) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_config_init: cfg is NULL");
+    memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    ring__params_t p;
+    ring_result_t rc = ring__params_resolve(&p, NULL);
+    if (rc != RING_OK) return rc;
+    cfg->timeout_ms = p.timeout_ms;
+    cfg->chunk_bytes = p.chunk_bytes;
+    cfg->nsocks = p.nsocks;
+    cfg->pipeline_depth = p.pipeline_depth;
+    cfg->secret = getenv("RING_SECRET");
+    cfg->socket_ifname = getenv("RING_SOCKET_IFNAME");
+    return RING_OK;
+}
+
+static ring_result_t env_int(const char *name, long long lo, long long hi, long long *v)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return RING_OK;
+    if (ring__parse_int(s, lo, hi, v) != 0)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "%s=\"%s\": expected an integer in [%lld, %lld]",
+                            name, s, lo, hi);
+    return RING_OK;
+}
+
+static ring_result_t env_size(const char *name, size_t lo, size_t hi, size_t *v)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return RING_OK;
+    size_t x;
+    if (ring__parse_size(s, &x) != 0 || x < lo || x > hi)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                            "%s=\"%s\": expected a size in [%zu, %zu] bytes (K/M/G suffixes allowed)",
+                            name, s, lo, hi);
+    *v = x;
+    return RING_OK;
+}
+
+#define RING__MIN_CHUNK 64
+#define RING__MAX_CHUNK ((size_t)1 << 30)
+
+ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
+{
+    ring_result_t rc;
+    memset(p, 0, sizeof *p);
+    long long v;
+
+    v = RING__DEFAULT_TIMEOUT_MS;
+    RING_CHECK(env_int("RING_TIMEOUT_MS", 1, 86400000LL * 7, &v));
+    p->timeout_ms = (int)v;
+    p->chunk_bytes = RING__DEFAULT_CHUNK_BYTES;
+    RING_CHECK(env_size("RING_CHUNK_BYTES", RING__MIN_CHUNK, RING__MAX_CHUNK, &p->chunk_bytes));
+    v = RING__DEFAULT_NSOCKS;
+    RING_CHECK(env_int("RING_NSOCKS", 1, RING__MAX_NSOCKS, &v));
+    p->nsocks = (int)v;
+    v = RING__DEFAULT_PIPELINE_DEPTH;
+    RING_CHECK(env_int("RING_PIPELINE_DEPTH", 1, RING__MAX_PIPELINE_DEPTH, &v));
+    p->pipeline_depth = (int)v;
+    p->sockbuf_bytes = 0;
+    RING_CHECK(env_size("RING_SOCKBUF_BYTES", 0, (size_t)1 << 30, &p->sockbuf_bytes));
+    const char *pr = getenv("RING_PORT_RANGE");
+    if (pr && *pr && ring__parse_port_range(pr, &p->port_lo, &p->port_hi) != 0)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_PORT_RANGE=\"%s\": expected lo-hi, e.g. 50000-50100", pr);
+
+    const char *secret = getenv("RING_SECRET");
+    const char *ifname = getenv("RING_SOCKET_IFNAME");
+    if (cfg) {
+        if (cfg->struct_size != sizeof(ring_config_t))
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                "ring_config_t: struct_size %zu != %zu (initialise it with ring_config_init)",
+                                cfg->struct_size, sizeof(ring_config_t));
+        if (cfg->timeout_ms < 0 || cfg->nsocks < 0 || cfg->nsocks > RING__MAX_NSOCKS ||
+            cfg->pipeline_depth < 0 || cfg->pipeline_depth > RING__MAX_PIPELINE_DEPTH ||
+            (cfg->chunk_bytes && (cfg->chunk_bytes < RING__MIN_CHUNK || cfg->chunk_bytes > RING__MAX_CHUNK)))
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                "ring_config_t: out-of-range field (timeout_ms %d, chunk_bytes %zu, nsocks %d, pipeline_depth %d)",
+                                cfg->timeout_ms, cfg->chunk_bytes, cfg->nsocks, cfg->pipeline_depth);
+        if (cfg->timeout_ms) p->timeout_ms = cfg->timeout_ms;
+        if (cfg->chunk_bytes) p->chunk_bytes = cfg->chunk_bytes;
+        if (cfg->nsocks) p->nsocks = cfg->nsocks;
+        if (cfg->pipeline_depth) p->pipeline_depth = cfg->pipeline_depth;
+        secret = cfg->secret;
+        ifname = cfg->socket_ifname;
+    }
+    if (secret && *secret) {
+        ring__secret_from_string(secret, p->secret);
+        p->secret_set = 1;
+    } else {
+        ring__secret_from_string("ringcomm-default-secret", p->secret);
+    }
+    if (ifname) snprintf(p->ifname, sizeof p->ifname, "%s", ifname);
+    return RING_OK;
+fail:
+    return rc;
+}
+
+static ring_result_t need_int(const char *name, const char *src, long long lo, long long hi, int *out)
+{
+    long long v;
+    const char *s = getenv(name);
+    if (ring__parse_int(s, lo, hi, &v) != 0)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init_env: %s=\"%s\" (from %s) is not an integer in [%lld, %lld]",
+                            name, s ? s : "", src, lo, hi);
+    *out = (int)v;
+    return RING_OK;
+}
+
+ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
+{
+    static const struct {
+        const char *rank, *size, *source;
+    } sources[] = {
+        {"RING_RANK", "RING_NRANKS", "RING_*"},
+        {"RANK", "WORLD_SIZE", "torchrun"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"},
+        {"PMI_RANK", "PMI_SIZE", "pmi"},
+    };
+    ring_result_t rc;
+    memset(eb, 0, sizeof *eb);
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        if (!getenv(sources[i].rank) || !getenv(sources[i].size)) continue;
+        eb->source = sources[i].source;
+        RING_CHECK(need_int(sources[i].size, eb->source, 1, 1 << 20, &eb->nranks));
+        RING_CHECK(need_int(sources[i].rank, eb->source, 0, eb->nranks - 1, &eb->rank));
+        break;
+    }
+    if (!eb->source)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                            "ring_comm_init_env: no rank/size in the environment (set RING_RANK and RING_NRANKS, "
+                            "or run under ringrun, torchrun, srun or mpirun)");
+    const char *root = getenv("RING_ROOT");
+    if (root && *root) {
+        snprintf(eb->root, sizeof eb->root, "%s", root);
+    } else if (!strcmp(eb->source, "torchrun") && getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
+        long long port;
+        const char *addr = getenv("MASTER_ADDR");
+        if (ring__parse_int(getenv("MASTER_PORT"), 1, 65534, &port) != 0)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init_env: MASTER_PORT=\"%s\" is not a port",
+                                getenv("MASTER_PORT"));
+        /* torchrun's agent already listens on MASTER_PORT with its own store. */
+        snprintf(eb->root, sizeof eb->root, strchr(addr, ':') ? "[%s]:%lld" : "%s:%lld", addr, port + 1);
+    } else {
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                            "ring_comm_init_env: rank and size come from %s but no root address: set RING_ROOT=host:port "
+                            "(the address where rank 0 listens)", eb->source);
+    }
+    return RING_OK;
+fail:
+    return rc;
+}

@@ -1,0 +1,42 @@
+/*
+ * Tunables. Each one is read from its RING_* environment variable by ring_config_init()
+ * (documented in docs/env.md) and can be overridden in ring_config_t. The parsers are
+ * separate functions so that they can be unit-tested.
+ */
+#ifndef RING_PARAM_H
+#define RING_PARAM_H
+
+#include <stddef.h>
+
+#include "internal.h"
+
+#define RING__DEFAULT_TIMEOUT_MS 300000
+#define RING__DEFAULT_CHUNK_BYTES (512u * 1024u)
+#define RING__DEFAULT_NSOCKS 2
+#define RING__DEFAULT_PIPELINE_DEPTH 4
+#define RING__MAX_NSOCKS 16
+#define RING__MAX_PIPELINE_DEPTH 64
+
+/* "123", "64K", "16M", "1G", "2KiB" (powers of 1024) -> bytes. 0 on success, -1 on junk. */
+int ring__parse_size(const char *s, size_t *out);
+/* Decimal integer within [lo, hi]. 0 on success, -1 otherwise. */
+int ring__parse_int(const char *s, long long lo, long long hi, long long *out);
+/* "host:port", "[v6]:port" -> host and port strings. 0 on success, -1 otherwise. */
+int ring__parse_hostport(const char *s, char *host, size_t hostlen, char *port, size_t portlen);
+/* "lo-hi" -> port range. 0 on success, -1 otherwise. */
+int ring__parse_port_range(const char *s, int *lo, int *hi);
+/* 32 hex digits -> 16 bytes as given; any other non-empty string -> a 128-bit hash of it. */
+void ring__secret_from_string(const char *s, unsigned char out[16]);
+
+/* Resolve the effective parameters from a user config (NULL = environment + defaults). */
+ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg);
+
+/* Where rank/size/root come from in ring_comm_init_env(), for the log and for tests. */
+typedef struct ring__env_bootstrap {
+    int rank, nranks;
+    char root[320];
+    const char *source; /* "RING_*", "torchrun", "slurm", "openmpi", "pmi" */
+} ring__env_bootstrap_t;
+ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb);
+
+#endif

@@ -1,0 +1,654 @@
+/*
+ * TCP transport.
+ *
+ * A connection to one peer is a bundle of `nsocks` non-blocking sockets (RING_NSOCKS), one
+ * direction only. Each socket opens with a 40-byte handshake from the connecting side:
+ *   magic "RGDH" | version | nsocks | 128-bit job secret | sender rank | socket index | job nonce
+ * and the accepting side closes anything that does not match (strangers, port scanners,
+ * connections of another job) without disturbing the job.
+ *
+ * On the wire, message m is a 16-byte header  magic "RGMS" | m mod 2^32 | length (u64)
+ * on socket (m mod nsocks), followed by the payload cut into at most nsocks pieces of at least
+ * 64 KiB, piece j on socket ((m + j) mod nsocks). Both sides derive the same cut from the
+ * length, which the receiver knows (lengths must match exactly; the header is checked before
+ * the message completes). Rotating the first socket spreads small messages over all sockets.
+ *
+ * Every socket has a FIFO of pending pieces; progress() drains each FIFO with one
+ * sendmsg/recvmsg over up to 16 queued pieces, so many small messages cost one syscall, and
+ * sends and receives on all sockets are driven together, so no message size can deadlock.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "net.h"
+#include "param.h"
+#include "transport.h"
+
+#define HS_MAGIC 0x52474448u  /* "RGDH" */
+#define MSG_MAGIC 0x52474d53u /* "RGMS" */
+#define TCP_VERSION 1u
+#define HS_LEN 40
+#define HDR_LEN 16
+#define MIN_PIECE ((size_t)64 * 1024)
+#define MAX_PENDING 64
+#define HS_TIMEOUT_NS (10LL * 1000000000LL)
+#define MAX_IOV 16
+
+typedef struct tcp_ctx {
+    ring_comm_t *comm;
+    int nsocks;
+    size_t sockbuf;
+    struct pconn *connecting; /* connections being established, by peer */
+} tcp_ctx;
+
+typedef struct tcp_req tcp_req;
+
+typedef struct op {
+    char *base;
+    size_t len, done;
+    tcp_req *req;
+    int is_hdr;
+} op;
+
+typedef struct sockq {
+    int fd;
+    op *ops;
+    size_t cap, head, count;
+} sockq;
+
+typedef struct tcp_conn {
+    tcp_ctx *ctx;
+    int is_send;
+    int peer;
+    int nsocks;
+    sockq q[RING__MAX_NSOCKS];
+    uint32_t seq;
+    tcp_req *free_reqs, *all_reqs;
+    ring_result_t failed;
+    int peer_closed; /* orderly close seen while nothing was pending on this connection */
+    char desc[128];
+} tcp_conn;
+
+struct tcp_req {
+    tcp_conn *c;
+    int pending; /* pieces (and header) not yet fully moved */
+    uint32_t seq;
+    size_t len;
+    unsigned char hdr[HDR_LEN];
+    tcp_req *next_free, *next_all;
+};
+
+typedef struct pconn {
+    int peer;
+    ring__sockaddr_t addr;
+    int fds[RING__MAX_NSOCKS];
+    int state[RING__MAX_NSOCKS]; /* 0 connecting, 1 sending handshake, 2 done */
+    size_t hs_sent[RING__MAX_NSOCKS];
+    unsigned char hs[RING__MAX_NSOCKS][HS_LEN];
+    int64_t retry_at[RING__MAX_NSOCKS];
+    struct pconn *next;
+} pconn;
+
+typedef struct pending {
+    int fd;
+    unsigned char buf[HS_LEN];
+    size_t got;
+    int64_t deadline;
+    ring__sockaddr_t from;
+} pending;
+
+typedef struct tcp_listen {
+    tcp_ctx *ctx;
+    int fd;
+    ring__sockaddr_t addr;
+    pending pend[MAX_PENDING];
+    int npend;
+    int fds[RING__MAX_NSOCKS]; /* authenticated sockets of the expected peer, by index */
+    int have;
+} tcp_listen;
+
+/* Little-endian (de)serialisation: the wire format must not depend on struct padding. */
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
+{
+    tcp_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    ctx->comm = comm;
+    ctx->nsocks = comm->params.nsocks;
+    ctx->sockbuf = comm->params.sockbuf_bytes;
+    *ctxp = ctx;
+    return RING_OK;
+}
+
+static void pconn_free(pconn *pc)
+{
+    for (int i = 0; i < RING__MAX_NSOCKS; i++)
+        if (pc->fds[i] >= 0) close(pc->fds[i]);
+    free(pc);
+}
+
+static void tcp_fini(void *vctx)
+{
+    tcp_ctx *ctx = vctx;
+    if (!ctx) return;
+    while (ctx->connecting) {
+        pconn *n = ctx->connecting->next;
+        pconn_free(ctx->connecting);
+        ctx->connecting = n;
+    }
+    free(ctx);
+}
+
+static ring_result_t tcp_listen_open(void *vctx, ring__tp_addr_t *addr, void **lp)
+{
+    tcp_ctx *ctx = vctx;
+    ring_comm_t *comm = ctx->comm;
+    tcp_listen *l = calloc(1, sizeof *l);
+    if (!l) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    l->ctx = ctx;
+    l->fd = -1;
+    for (int i = 0; i < RING__MAX_NSOCKS; i++) l->fds[i] = -1;
+    memcpy(&l->addr.ss, &comm->data_addr, comm->data_addr_len);
+    l->addr.len = comm->data_addr_len;
+    ring_result_t rc = ring__listen(comm, &l->addr, 0, comm->params.port_lo, comm->params.port_hi, &l->fd);
+    if (rc != RING_OK) {
+        free(l);
+        return rc;
+    }
+    addr->len = l->addr.len;
+    memcpy(addr->data, &l->addr.ss, l->addr.len);
+    *lp = l;
+    return RING_OK;
+}
+
+static void tcp_close_listen(void *vl)
+{
+    tcp_listen *l = vl;
+    if (!l) return;
+    if (l->fd >= 0) close(l->fd);
+    for (int i = 0; i < l->npend; i++) close(l->pend[i].fd);
+    for (int i = 0; i < RING__MAX_NSOCKS; i++)
+        if (l->fds[i] >= 0) close(l->fds[i]);
+    free(l);
+}
+
+static int addr_from_blob(const ring__tp_addr_t *a, ring__sockaddr_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (a->len < sizeof(sa_family_t) || a->len > sizeof out->ss) return -1;
+    memcpy(&out->ss, a->data, a->len);
+    out->len = a->len;
+    if (out->ss.ss_family == AF_INET && a->len == sizeof(struct sockaddr_in)) return 0;
+    if (out->ss.ss_family == AF_INET6 && a->len == sizeof(struct sockaddr_in6)) return 0;
+    return -1;
+}
+
+static tcp_conn *conn_new(tcp_ctx *ctx, int is_send, int peer, const ring__sockaddr_t *addr)
+{
+    tcp_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ctx = ctx;
+    c->is_send = is_send;
+    c->peer = peer;
+    c->nsocks = ctx->nsocks;
+    for (int i = 0; i < RING__MAX_NSOCKS; i++) c->q[i].fd = -1;
+    char b[80];
+    snprintf(c->desc, sizeof c->desc, "rank %d (%s)", peer, addr ? ring__addr_str(addr, b, sizeof b) : "?");
+    return c;
+}
+
+static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int peer, void **sp)
+{
+    tcp_ctx *ctx = vctx;
+    ring_comm_t *comm = ctx->comm;
+    *sp = NULL;
+    pconn *pc = ctx->connecting;
+    while (pc && pc->peer != peer) pc = pc->next;
+    if (!pc) {
+        pc = calloc(1, sizeof *pc);
+        if (!pc) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+        pc->peer = peer;
+        for (int i = 0; i < RING__MAX_NSOCKS; i++) pc->fds[i] = -1;
+        if (addr_from_blob(addr, &pc->addr) != 0) {
+            free(pc);
+            return ring__seterr(comm, RING_ERR_PROTOCOL, "tcp: malformed address for rank %d", peer);
+        }
+        for (int i = 0; i < ctx->nsocks; i++) {
+            unsigned char *h = pc->hs[i];
+            put32(h, HS_MAGIC);
+            put32(h + 4, TCP_VERSION | (uint32_t)ctx->nsocks << 16);
+            memcpy(h + 8, comm->params.secret, 16);
+            put32(h + 24, (uint32_t)comm->rank);
+            put32(h + 28, (uint32_t)i);
+            put64(h + 32, comm->job_nonce);
+        }
+        pc->next = ctx->connecting;
+        ctx->connecting = pc;
+    }
+    char b[80];
+    int64_t now = ring__now_ns();
+    int done = 0;
+    for (int i = 0; i < ctx->nsocks; i++) {
+        if (pc->state[i] == 0) {
+            if (pc->fds[i] < 0) {
+                if (now < pc->retry_at[i]) continue;
+                int e = ring__connect_start(&pc->addr, &pc->fds[i]);
+                if (e) return ring__seterr_errno(comm, RING_ERR_CONNECT, e, "connect to rank %d at %s", peer,
+                                                 ring__addr_str(&pc->addr, b, sizeof b));
+            }
+            int r = ring__connect_check(pc->fds[i]);
+            if (r == 0) continue;
+            if (r < 0) {
+                /* The peer's listener exists before addresses are published, so a refusal is
+                 * unusual; retry briefly (the caller's deadline bounds it) rather than fail on
+                 * a transient backlog overflow. */
+                close(pc->fds[i]);
+                pc->fds[i] = -1;
+                pc->retry_at[i] = now + 20 * 1000000LL;
+                if (-r != ECONNREFUSED && -r != ETIMEDOUT && -r != EAGAIN)
+                    return ring__seterr_errno(comm, RING_ERR_CONNECT, -r, "connect to rank %d at %s", peer,
+                                              ring__addr_str(&pc->addr, b, sizeof b));
+                continue;
+            }
+            ring__sock_tune(pc->fds[i], ctx->sockbuf);
+            pc->state[i] = 1;
+        }
+        if (pc->state[i] == 1) {
+            ssize_t n = send(pc->fds[i], pc->hs[i] + pc->hs_sent[i], HS_LEN - pc->hs_sent[i],
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                return ring__seterr_errno(comm, RING_ERR_CONNECT, errno, "handshake with rank %d at %s", peer,
+                                          ring__addr_str(&pc->addr, b, sizeof b));
+            if (n > 0) pc->hs_sent[i] += (size_t)n;
+            if (pc->hs_sent[i] == HS_LEN) pc->state[i] = 2;
+        }
+        if (pc->state[i] == 2) done++;
+    }
+    if (done < ctx->nsocks) return RING_OK;
+
+    tcp_conn *c = conn_new(ctx, 1, peer, &pc->addr);
+    if (!c) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    for (int i = 0; i < ctx->nsocks; i++) {
+        c->q[i].fd = pc->fds[i];
+        pc->fds[i] = -1;
+    }
+    pconn **pp = &ctx->connecting;
+    while (*pp != pc) pp = &(*pp)->next;
+    *pp = pc->next;
+    pconn_free(pc);
+    RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: connected to %s with %d socket(s)", c->desc, c->nsocks);
+    *sp = c;
+    return RING_OK;
+}
+
+static void drop_pending(tcp_listen *l, int i, const char *why)
+{
+    char b[80];
+    RING_LOG(RING_LOG_WARN, RING_SUB_NET, l->ctx->comm->rank,
+             "tcp: rejected connection from %s: %s", ring__addr_str(&l->pend[i].from, b, sizeof b), why);
+    close(l->pend[i].fd);
+    l->pend[i] = l->pend[--l->npend];
+}
+
+static ring_result_t tcp_accept(void *vl, int peer, void **rp)
+{
+    tcp_listen *l = vl;
+    tcp_ctx *ctx = l->ctx;
+    ring_comm_t *comm = ctx->comm;
+    *rp = NULL;
+    int64_t now = ring__now_ns();
+    for (;;) {
+        ring__sockaddr_t from;
+        from.len = sizeof from.ss;
+        int fd = accept4(l->fd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) break;
+            return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "accept");
+        }
+        if (l->npend == MAX_PENDING) drop_pending(l, 0, "too many unauthenticated connections");
+        pending *p = &l->pend[l->npend++];
+        memset(p, 0, sizeof *p);
+        p->fd = fd;
+        p->from = from;
+        p->deadline = now + HS_TIMEOUT_NS;
+    }
+    for (int i = 0; i < l->npend;) {
+        pending *p = &l->pend[i];
+        ssize_t n = recv(p->fd, p->buf + p->got, HS_LEN - p->got, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            drop_pending(l, i, "closed before completing the handshake");
+            continue;
+        }
+        if (n > 0) p->got += (size_t)n;
+        if (p->got < HS_LEN) {
+            if (now > p->deadline) {
+                drop_pending(l, i, "handshake not completed in time");
+                continue;
+            }
+            i++;
+            continue;
+        }
+        const unsigned char *h = p->buf;
+        uint32_t ver = get32(h + 4);
+        uint32_t rank = get32(h + 24), idx = get32(h + 28);
+        const char *why = NULL;
+        if (get32(h) != HS_MAGIC) why = "not a ringcomm data connection (bad magic)";
+        else if ((ver & 0xffff) != TCP_VERSION) why = "protocol version differs";
+        else if (!ring__secret_equal(h + 8, comm->params.secret, 16)) why = "wrong job secret";
+        else if (get64(h + 32) != comm->job_nonce) why = "belongs to another job instance";
+        else if ((ver >> 16) != (uint32_t)ctx->nsocks) why = "RING_NSOCKS differs between ranks";
+        else if (rank != (uint32_t)peer) why = "unexpected sender rank";
+        else if (idx >= (uint32_t)ctx->nsocks || l->fds[idx] >= 0) why = "bad or duplicate socket index";
+        if (why) {
+            drop_pending(l, i, why);
+            continue;
+        }
+        l->fds[idx] = p->fd;
+        l->have++;
+        l->pend[i] = l->pend[--l->npend];
+    }
+    if (l->have < ctx->nsocks) return RING_OK;
+
+    ring__sockaddr_t pa;
+    pa.len = sizeof pa.ss;
+    getpeername(l->fds[0], (struct sockaddr *)&pa.ss, &pa.len);
+    tcp_conn *c = conn_new(ctx, 0, peer, &pa);
+    if (!c) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    for (int i = 0; i < ctx->nsocks; i++) {
+        c->q[i].fd = l->fds[i];
+        l->fds[i] = -1;
+        ring__sock_tune(c->q[i].fd, ctx->sockbuf);
+    }
+    l->have = 0;
+    RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: accepted %s with %d socket(s)", c->desc, c->nsocks);
+    *rp = c;
+    return RING_OK;
+}
+
+static int tcp_listen_pollfds(void *vl, struct pollfd *fds, int max)
+{
+    tcp_listen *l = vl;
+    int n = 0;
+    if (n < max) fds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+    for (int i = 0; i < l->npend && n < max; i++) fds[n++] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
+    for (pconn *pc = l->ctx->connecting; pc; pc = pc->next)
+        for (int i = 0; i < l->ctx->nsocks && n < max; i++)
+            if (pc->fds[i] >= 0 && pc->state[i] < 2) fds[n++] = (struct pollfd){.fd = pc->fds[i], .events = POLLOUT};
+    return n;
+}
+
+static int q_push(sockq *q, char *base, size_t len, tcp_req *req, int is_hdr)
+{
+    if (q->count == q->cap) {
+        size_t ncap = q->cap ? q->cap * 2 : 64;
+        op *n = malloc(ncap * sizeof *n);
+        if (!n) return -1;
+        for (size_t i = 0; i < q->count; i++) n[i] = q->ops[(q->head + i) % q->cap];
+        free(q->ops);
+        q->ops = n;
+        q->cap = ncap;
+        q->head = 0;
+    }
+    q->ops[(q->head + q->count) % q->cap] = (op){.base = base, .len = len, .req = req, .is_hdr = is_hdr};
+    q->count++;
+    return 0;
+}
+
+static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
+{
+    tcp_conn *c = vc;
+    *rp = NULL;
+    if (c->failed) return c->failed;
+    if (c->peer_closed)
+        return c->failed = ring__seterr(c->ctx->comm, RING_ERR_PEER,
+                                        "tcp: %s closed its connection (it exited or destroyed its communicator) "
+                                        "but this rank still has messages for it", c->desc);
+    tcp_req *r = c->free_reqs;
+    if (r) {
+        c->free_reqs = r->next_free;
+    } else {
+        r = calloc(1, sizeof *r);
+        if (!r) return ring__seterr(c->ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
+        r->next_all = c->all_reqs;
+        c->all_reqs = r;
+    }
+    r->c = c;
+    r->seq = c->seq++;
+    r->len = len;
+    if (c->is_send) {
+        put32(r->hdr, MSG_MAGIC);
+        put32(r->hdr + 4, r->seq);
+        put64(r->hdr + 8, len);
+    }
+    size_t npieces = len == 0 ? 0 : RING__MIN((size_t)c->nsocks, RING__MAX((size_t)1, len / MIN_PIECE));
+    int start = (int)(r->seq % (uint32_t)c->nsocks);
+    r->pending = 1 + (int)npieces;
+    int err = q_push(&c->q[start], (char *)r->hdr, HDR_LEN, r, 1);
+    size_t off = 0;
+    for (size_t j = 0; j < npieces && !err; j++) {
+        size_t plen = len / npieces + (j < len % npieces);
+        err = q_push(&c->q[(start + (int)j) % c->nsocks], (char *)buf + off, plen, r, 0);
+        off += plen;
+    }
+    if (err) {
+        c->failed = ring__seterr(c->ctx->comm, RING_ERR_NOMEM, "tcp: out of memory queueing a message");
+        return c->failed;
+    }
+    *rp = r;
+    return RING_OK;
+}
+
+static ring_result_t tcp_isend(void *c, const void *buf, size_t len, void *mh, void **rp)
+{
+    (void)mh;
+    return post(c, (void *)buf, len, rp);
+}
+
+static ring_result_t tcp_irecv(void *c, void *buf, size_t len, void *mh, void **rp)
+{
+    (void)mh;
+    return post(c, buf, len, rp);
+}
+
+static ring_result_t conn_fail(tcp_conn *c, ring_result_t rc, int err, const char *what)
+{
+    ring_comm_t *comm = c->ctx->comm;
+    if (err)
+        c->failed = ring__seterr_errno(comm, rc, err, "tcp: %s %s", what, c->desc);
+    else
+        c->failed = ring__seterr(comm, rc, "tcp: %s %s", what, c->desc);
+    return c->failed;
+}
+
+static ring_result_t check_header(tcp_conn *c, tcp_req *r)
+{
+    uint32_t magic = get32(r->hdr), seq = get32(r->hdr + 4);
+    uint64_t len = get64(r->hdr + 8);
+    ring_comm_t *comm = c->ctx->comm;
+    if (magic != MSG_MAGIC)
+        return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL,
+                                        "tcp: garbage from %s: bad message magic 0x%08x (stream out of sync)",
+                                        c->desc, magic);
+    if (seq != r->seq)
+        return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL,
+                                        "tcp: message %u from %s arrived while %u was expected", seq, c->desc, r->seq);
+    if (len != r->len)
+        return c->failed = ring__seterr(comm, RING_ERR_MISMATCH,
+                                        "tcp: message %u from %s is %llu bytes, this rank expected %zu "
+                                        "(ranks disagree on count, dtype or collective)",
+                                        r->seq, c->desc, (unsigned long long)len, r->len);
+    return RING_OK;
+}
+
+static ring_result_t drive(tcp_conn *c, sockq *q, int *moved)
+{
+    while (q->count) {
+        struct iovec iov[MAX_IOV];
+        int n = 0;
+        size_t want = 0;
+        for (size_t i = 0; i < q->count && n < MAX_IOV; i++) {
+            op *o = &q->ops[(q->head + i) % q->cap];
+            iov[n].iov_base = o->base + o->done;
+            iov[n].iov_len = o->len - o->done;
+            want += iov[n].iov_len;
+            n++;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t got = c->is_send ? sendmsg(q->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(q->fd, &mh, MSG_DONTWAIT);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return RING_OK;
+            return conn_fail(c, RING_ERR_PEER, errno, c->is_send ? "sending to" : "receiving from");
+        }
+        if (got == 0 && want > 0)
+            return conn_fail(c, RING_ERR_PEER, 0,
+                             "connection closed (the process exited or was killed?) by");
+        *moved = 1;
+        size_t left = (size_t)got;
+        while (q->count) {
+            op *o = &q->ops[q->head];
+            size_t take = RING__MIN(left, o->len - o->done);
+            o->done += take;
+            left -= take;
+            if (o->done < o->len) break;
+            if (!c->is_send && o->is_hdr) {
+                ring_result_t rc = check_header(c, o->req);
+                if (rc != RING_OK) return rc;
+            }
+            o->req->pending--;
+            q->head = (q->head + 1) % q->cap;
+            q->count--;
+        }
+        if ((size_t)got < want) return RING_OK; /* socket buffer full/empty: poll before retrying */
+    }
+    return RING_OK;
+}
+
+static ring_result_t tcp_progress(void *vc, int *moved)
+{
+    tcp_conn *c = vc;
+    if (c->failed) return c->failed;
+    for (int i = 0; i < c->nsocks; i++) {
+        ring_result_t rc = drive(c, &c->q[i], moved);
+        if (rc != RING_OK) return rc;
+    }
+    return RING_OK;
+}
+
+static ring_result_t tcp_test(void *vr, int *done)
+{
+    tcp_req *r = vr;
+    tcp_conn *c = r->c;
+    *done = 0;
+    if (r->pending == 0) {
+        *done = 1;
+        r->next_free = c->free_reqs;
+        c->free_reqs = r;
+        return RING_OK;
+    }
+    return c->failed;
+}
+
+static int tcp_pollfds(void *vc, struct pollfd *fds, int max)
+{
+    tcp_conn *c = vc;
+    int n = 0;
+    for (int i = 0; i < c->nsocks && n < max; i++) {
+        short ev = c->peer_closed ? 0 : POLLRDHUP;
+        if (c->q[i].count) ev |= c->is_send ? POLLOUT : POLLIN;
+        fds[n++] = (struct pollfd){.fd = c->q[i].fd, .events = ev};
+    }
+    return n;
+}
+
+static ring_result_t tcp_check(void *vc)
+{
+    tcp_conn *c = vc;
+    if (c->failed) return c->failed;
+    for (int i = 0; i < c->nsocks; i++) {
+        int err = 0;
+        socklen_t l = sizeof err;
+        if (getsockopt(c->q[i].fd, SOL_SOCKET, SO_ERROR, &err, &l) == 0 && err)
+            return conn_fail(c, RING_ERR_PEER, err, "connection failed with");
+        char b;
+        ssize_t n = recv(c->q[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) {
+            /* A neighbour that finished its part and destroyed its communicator closes
+             * cleanly; that is only an error if we still expect to exchange messages. */
+            int pending = 0;
+            for (int k = 0; k < c->nsocks; k++) pending |= c->q[k].count != 0;
+            if (pending) return conn_fail(c, RING_ERR_PEER, 0, "connection closed (the process exited or was killed?) by");
+            c->peer_closed = 1;
+            return RING_OK;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
+        if (n > 0 && c->is_send)
+            return conn_fail(c, RING_ERR_PROTOCOL, 0, "unexpected data on a send-only connection from");
+    }
+    return RING_OK;
+}
+
+static void tcp_close(void *vc)
+{
+    tcp_conn *c = vc;
+    if (!c) return;
+    for (int i = 0; i < RING__MAX_NSOCKS; i++) {
+        if (c->q[i].fd >= 0) close(c->q[i].fd);
+        free(c->q[i].ops);
+    }
+    while (c->all_reqs) {
+        tcp_req *n = c->all_reqs->next_all;
+        free(c->all_reqs);
+        c->all_reqs = n;
+    }
+    free(c);
+}
+
+const ring__transport_t ring__tcp_transport = {
+    .name = "tcp",
+    .init = tcp_init,
+    .fini = tcp_fini,
+    .listen = tcp_listen_open,
+    .close_listen = tcp_close_listen,
+    .connect = tcp_connect,
+    .accept = tcp_accept,
+    .listen_pollfds = tcp_listen_pollfds,
+    .reg_mem = NULL,
+    .dereg_mem = NULL,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .progress = tcp_progress,
+    .test = tcp_test,
+    .pollfds = tcp_pollfds,
+    .check = tcp_check,
+    .close = tcp_close,
+};

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Quick start, command 2: set everything up, then run the whole test suite three ways:
+#   build/       default features (-Dcuda/-Drdma/-Dhwloc=auto), -Werror
+#   build-asan/  ASan + UBSan, every optional feature disabled
+#   build-tsan/  ThreadSanitizer, the multi-threaded tests
+set -euo pipefail
+cd "$(dirname "$0")"
+start=$(date +%s)
+
+scripts/setup.sh build
+meson test -C build --print-errorlogs --num-processes 1
+
+scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
+    -Dlarge_tests=false -Dcuda=disabled -Drdma=disabled -Dhwloc=disabled
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    meson test -C build-asan --print-errorlogs --num-processes 1 --timeout-multiplier 3
+
+scripts/setup.sh build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
+    -Dlarge_tests=false -Dcuda=disabled -Drdma=disabled -Dhwloc=disabled
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    meson test -C build-tsan --print-errorlogs --num-processes 1 --timeout-multiplier 3 --suite tsan
+
+echo "test.sh: all suites passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,1209 @@
+/*
+ * One rank of a multi-process collective test: `mp_worker <scenario> [seed]`.
+ *
+ * Started by test_collectives (fork+exec, one process per rank) with RING_RANK, RING_NRANKS,
+ * RING_ROOT, RING_SECRET, RING_TIMEOUT_MS and RING_TEST_OUTDIR in the environment. Uses only
+ * the public API. Every result is checked against reference.c, which regenerates every rank's
+ * input on its own, so a rank never trusts data that went through the library.
+ *
+ * Exit status: 0 all checks passed; 1 a check failed; 2 the library returned an unexpected
+ * error; 3 bad usage or setup; 77 rank 0 could not bind the root port (the harness retries
+ * with another port).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reference.h"
+#include "ringcomm.h"
+
+enum { EXIT_CHECK = 1, EXIT_LIB = 2, EXIT_SETUP = 3, EXIT_PORT_IN_USE = 77 };
+
+static int g_rank = -1, g_nranks = -1;
+static const char *g_scenario = "?";
+
+/* One write() per line so that lines of concurrent ranks and threads do not interleave. */
+static void wlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void wlog(const char *fmt, ...)
+{
+    char line[2048];
+    int n = snprintf(line, sizeof line, "[rank %d/%d %s] ", g_rank, g_nranks, g_scenario);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof line) n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line - 1) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    ssize_t w = write(2, line, (size_t)n);
+    (void)w;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static void write_outfile(const char *name, const char *content)
+{
+    const char *dir = getenv("RING_TEST_OUTDIR");
+    if (!dir || !*dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        wlog("cannot create %s: %s", path, strerror(errno));
+        exit(EXIT_SETUP);
+    }
+    fputs(content, f);
+    if (fclose(f) != 0) {
+        wlog("cannot write %s: %s", path, strerror(errno));
+        exit(EXIT_SETUP);
+    }
+}
+
+static void write_checked(long n)
+{
+    char name[64], val[64];
+    snprintf(name, sizeof name, "checked.%d", g_rank);
+    snprintf(val, sizeof val, "%ld\n", n);
+    write_outfile(name, val);
+}
+
+/* xorshift64*: the per-run schedule (op order, counts, batching), identical on every rank. */
+typedef struct {
+    uint64_t s;
+} rng_t;
+
+static uint64_t rng_next(rng_t *r)
+{
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545f4914f6cdd1dULL;
+}
+
+static uint64_t rng_below(rng_t *r, uint64_t n)
+{
+    return n ? rng_next(r) % n : 0;
+}
+
+static rng_t rng_make(uint64_t seed, uint64_t stream)
+{
+    rng_t r = {ref_hash4(seed, stream, 0x7e57, 1) | 1};
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Buffers with guard zones                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+#define GUARD 64
+
+typedef struct {
+    unsigned char *mem;
+    size_t memlen;
+    unsigned char *p; /* the buffer handed to the library */
+    size_t len;
+    uint64_t salt;
+} gbuf_t;
+
+static unsigned char guard_byte(uint64_t salt, size_t pos)
+{
+    return (unsigned char)((ref_mix64(salt) >> ((pos & 7) * 8)) ^ (pos * 0x9d));
+}
+
+/* The start is shifted by a multiple of the element size so that the library sees buffers of
+ * natural alignment only, not the 16-byte alignment malloc happens to give. */
+static int gbuf_alloc(gbuf_t *g, size_t len, size_t elemsz, uint64_t salt)
+{
+    size_t off = elemsz * (size_t)(ref_mix64(salt ^ 0xa11) % (64 / elemsz));
+    g->memlen = GUARD + off + len + GUARD;
+    g->mem = malloc(g->memlen);
+    if (!g->mem) return -1;
+    g->p = g->mem + GUARD + off;
+    g->len = len;
+    g->salt = salt;
+    for (unsigned char *q = g->mem; q < g->p; q++) *q = guard_byte(salt, (size_t)(q - g->mem));
+    for (unsigned char *q = g->p + len; q < g->mem + g->memlen; q++) *q = guard_byte(salt, (size_t)(q - g->mem));
+    return 0;
+}
+
+static void gbuf_free(gbuf_t *g)
+{
+    free(g->mem);
+    memset(g, 0, sizeof *g);
+}
+
+/* Returns the number of clobbered guard bytes. */
+static size_t gbuf_check(const gbuf_t *g, size_t *first_bad)
+{
+    size_t bad = 0;
+    *first_bad = 0;
+    for (const unsigned char *q = g->mem; q < g->mem + g->memlen; q++) {
+        if (q == g->p) q += g->len;
+        if (q >= g->mem + g->memlen) break;
+        size_t pos = (size_t)(q - g->mem);
+        if (*q != guard_byte(g->salt, pos)) {
+            if (!bad) *first_bad = pos;
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collective operations: issue, complete, verify                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_BARRIER, C_NCOLL };
+static const char *const coll_names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+
+typedef struct {
+    ring_comm_t *comm;
+    const char *label; /* which communicator, for the threads scenario */
+    int rank, n;
+    uint64_t seed;
+    long checked;
+    int failed_ops;
+    int lib_error; /* a call failed: the communicator is failed, stop */
+    double poll_limit_s;
+} ctx_t;
+
+typedef struct {
+    int coll;
+    ring_dtype_t dt;
+    ring_op_t op;
+    int inplace;
+    int async;
+    int wait_direct; /* async: ring_wait at once instead of polling ring_test first */
+    size_t count;    /* per rank for reduce_scatter / allgather */
+    int root;
+    uint64_t idx; /* seeds this op's data */
+
+    gbuf_t a, b; /* a: send (or the in-place buffer); b: out-of-place receive */
+    const void *send;
+    void *recv;
+    ring_request_t *req;
+} op_t;
+
+static void op_describe(const op_t *o, char *buf, size_t len)
+{
+    if (o->coll == C_BARRIER)
+        snprintf(buf, len, "op #%" PRIu64 " barrier %s", o->idx, o->async ? "async" : "blocking");
+    else if (o->coll == C_BROADCAST)
+        snprintf(buf, len, "op #%" PRIu64 " broadcast %s count=%zu root=%d %s", o->idx, ref_dtype_name(o->dt),
+                 o->count, o->root, o->async ? "async" : "blocking");
+    else
+        snprintf(buf, len, "op #%" PRIu64 " %s %s%s%s count=%zu%s %s %s", o->idx, coll_names[o->coll],
+                 ref_dtype_name(o->dt), o->coll == C_ALLGATHER ? "" : " ",
+                 o->coll == C_ALLGATHER ? "" : ref_op_name(o->op), o->count,
+                 o->coll == C_ALLREDUCE ? "" : " (per rank)", o->inplace ? "in-place" : "out-of-place",
+                 o->async ? "async" : "blocking");
+}
+
+static ref_kind_t op_kind(const op_t *o)
+{
+    return (o->coll == C_ALLREDUCE || o->coll == C_REDUCE_SCATTER) ? REF_EXACT : REF_BITS;
+}
+
+static void fail_alloc(ctx_t *c, size_t bytes)
+{
+    wlog("%sout of memory allocating %zu bytes", c->label, bytes);
+    exit(EXIT_SETUP);
+}
+
+static void alloc_or_die(ctx_t *c, gbuf_t *g, size_t len, size_t sz, uint64_t salt)
+{
+    if (gbuf_alloc(g, len, sz, salt) != 0) fail_alloc(c, len);
+}
+
+/* Allocates and fills the buffers of o as this rank sees them before the call. */
+static void op_prepare(ctx_t *c, op_t *o)
+{
+    size_t sz = ref_dtype_size(o->dt);
+    size_t n = (size_t)c->n, cnt = o->count;
+    uint64_t salt = ref_hash4(c->seed, o->idx, (uint64_t)c->rank, 0x9a4d);
+    ref_kind_t kind = op_kind(o);
+    o->send = NULL;
+    o->recv = NULL;
+    o->req = NULL;
+    memset(&o->a, 0, sizeof o->a);
+    memset(&o->b, 0, sizeof o->b);
+    switch (o->coll) {
+    case C_ALLREDUCE:
+        alloc_or_die(c, &o->a, cnt * sz, sz, salt);
+        ref_fill(o->a.p, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, c->rank, 0);
+        o->send = o->a.p;
+        if (o->inplace) {
+            o->recv = o->a.p;
+        } else {
+            alloc_or_die(c, &o->b, cnt * sz, sz, salt + 1);
+            ref_fill_garbage(o->b.p, o->b.len, salt + 2);
+            o->recv = o->b.p;
+        }
+        break;
+    case C_REDUCE_SCATTER:
+        alloc_or_die(c, &o->a, n * cnt * sz, sz, salt);
+        ref_fill(o->a.p, n * cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, c->rank, 0);
+        o->send = o->a.p;
+        if (o->inplace) {
+            o->recv = o->a.p + (size_t)c->rank * cnt * sz;
+        } else {
+            alloc_or_die(c, &o->b, cnt * sz, sz, salt + 1);
+            ref_fill_garbage(o->b.p, o->b.len, salt + 2);
+            o->recv = o->b.p;
+        }
+        break;
+    case C_ALLGATHER:
+        if (o->inplace) {
+            alloc_or_die(c, &o->a, n * cnt * sz, sz, salt);
+            ref_fill_garbage(o->a.p, o->a.len, salt + 2);
+            unsigned char *mine = o->a.p + (size_t)c->rank * cnt * sz;
+            ref_fill(mine, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, c->rank, 0);
+            o->send = mine;
+            o->recv = o->a.p;
+        } else {
+            alloc_or_die(c, &o->a, cnt * sz, sz, salt);
+            ref_fill(o->a.p, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, c->rank, 0);
+            alloc_or_die(c, &o->b, n * cnt * sz, sz, salt + 1);
+            ref_fill_garbage(o->b.p, o->b.len, salt + 2);
+            o->send = o->a.p;
+            o->recv = o->b.p;
+        }
+        break;
+    case C_BROADCAST:
+        alloc_or_die(c, &o->a, cnt * sz, sz, salt);
+        if (c->rank == o->root)
+            ref_fill(o->a.p, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, o->root, 0);
+        else
+            ref_fill_garbage(o->a.p, o->a.len, salt + 2);
+        o->send = o->recv = o->a.p;
+        break;
+    default: break;
+    }
+}
+
+static void op_release(op_t *o)
+{
+    gbuf_free(&o->a);
+    gbuf_free(&o->b);
+}
+
+static void lib_fail(ctx_t *c, const op_t *o, const char *call, ring_result_t rc)
+{
+    char d[256];
+    op_describe(o, d, sizeof d);
+    const char *name = ring_result_name(rc);
+    wlog("%s%s: %s returned %d (%s): %s", c->label, d, call, (int)rc, name ? name : "?",
+         ring_comm_last_error(c->comm));
+    c->lib_error = 1;
+}
+
+static void op_issue(ctx_t *c, op_t *o)
+{
+    ring_result_t rc;
+    ring_request_t **rq = o->async ? &o->req : NULL;
+    switch (o->coll) {
+    case C_ALLREDUCE:
+        rc = rq ? ring_allreduce_async(c->comm, o->send, o->recv, o->count, o->dt, o->op, rq)
+                : ring_allreduce(c->comm, o->send, o->recv, o->count, o->dt, o->op);
+        break;
+    case C_REDUCE_SCATTER:
+        rc = rq ? ring_reduce_scatter_async(c->comm, o->send, o->recv, o->count, o->dt, o->op, rq)
+                : ring_reduce_scatter(c->comm, o->send, o->recv, o->count, o->dt, o->op);
+        break;
+    case C_ALLGATHER:
+        rc = rq ? ring_allgather_async(c->comm, o->send, o->recv, o->count, o->dt, rq)
+                : ring_allgather(c->comm, o->send, o->recv, o->count, o->dt);
+        break;
+    case C_BROADCAST:
+        rc = rq ? ring_broadcast_async(c->comm, o->recv, o->count, o->dt, o->root, rq)
+                : ring_broadcast(c->comm, o->recv, o->count, o->dt, o->root);
+        break;
+    default:
+        rc = rq ? ring_barrier_async(c->comm, rq) : ring_barrier(c->comm);
+        break;
+    }
+    if (rc != RING_OK) {
+        lib_fail(c, o, o->async ? "the _async call" : "the blocking call", rc);
+        o->req = NULL;
+    } else if (o->async && !o->req) {
+        char d[256];
+        op_describe(o, d, sizeof d);
+        wlog("%s%s: _async returned RING_OK but no request", c->label, d);
+        c->lib_error = 1;
+    }
+}
+
+static void op_complete(ctx_t *c, op_t *o)
+{
+    if (!o->async || !o->req) return;
+    ring_result_t rc;
+    if (!o->wait_direct) {
+        int done = 0;
+        double t0 = now_s();
+        long backoff_us = 10;
+        for (;;) {
+            rc = ring_test(o->req, &done);
+            if (done) break;
+            if (now_s() - t0 > c->poll_limit_s) {
+                char d[256];
+                op_describe(o, d, sizeof d);
+                wlog("%s%s: ring_test still not done after %.0f s", c->label, d, c->poll_limit_s);
+                c->lib_error = 1;
+                return; /* the harness kills us; never wait on a request that may hang */
+            }
+            /* Back off: up to 8 ranks share 2 cores here, and a spinning poller would steal
+             * the time the progress threads need. */
+            sleep_us(backoff_us);
+            if (backoff_us < 1000) backoff_us *= 2;
+        }
+        if (rc != RING_OK) {
+            lib_fail(c, o, "ring_test", rc);
+            ring_wait(o->req);
+            o->req = NULL;
+            return;
+        }
+        /* ring_test never frees: asking again must give the same answer. */
+        int done2 = 0;
+        ring_result_t rc2 = ring_test(o->req, &done2);
+        if (!done2 || rc2 != RING_OK) {
+            char d[256];
+            op_describe(o, d, sizeof d);
+            wlog("%s%s: second ring_test after completion gave done=%d rc=%d", c->label, d, done2, (int)rc2);
+            c->failed_ops++;
+        }
+    }
+    rc = ring_wait(o->req);
+    o->req = NULL;
+    if (rc != RING_OK) lib_fail(c, o, "ring_wait", rc);
+}
+
+enum { MAX_REPORT_ELEMS = 5, MAX_REPORT_OPS = 10 };
+
+/* Element-wise bitwise comparison; reports the first few differences. */
+static size_t compare(ctx_t *c, const op_t *o, const char *what, const unsigned char *got,
+                      const unsigned char *exp, size_t count, size_t index_base)
+{
+    size_t sz = ref_dtype_size(o->dt);
+    if (memcmp(got, exp, count * sz) == 0) return 0;
+    size_t bad = 0;
+    char d[256];
+    op_describe(o, d, sizeof d);
+    for (size_t i = 0; i < count; i++) {
+        if (memcmp(got + i * sz, exp + i * sz, sz) == 0) continue;
+        if (bad < MAX_REPORT_ELEMS && c->failed_ops < MAX_REPORT_OPS) {
+            char g[96], e[96];
+            ref_format_elem(g, sizeof g, got + i * sz, o->dt);
+            ref_format_elem(e, sizeof e, exp + i * sz, o->dt);
+            wlog("%sMISMATCH %s: %s[%zu]: got %s, expected %s", c->label, d, what, index_base + i, g, e);
+        }
+        bad++;
+    }
+    if (c->failed_ops < MAX_REPORT_OPS)
+        wlog("%sMISMATCH %s: %s: %zu of %zu elements differ", c->label, d, what, bad, count);
+    return bad;
+}
+
+static size_t check_guards(ctx_t *c, const op_t *o, const gbuf_t *g, const char *which)
+{
+    if (!g->mem) return 0;
+    size_t first;
+    size_t bad = gbuf_check(g, &first);
+    if (bad && c->failed_ops < MAX_REPORT_OPS) {
+        char d[256];
+        op_describe(o, d, sizeof d);
+        long rel = first < (size_t)(g->p - g->mem) ? (long)first - (long)(g->p - g->mem)
+                                                    : (long)(first - (size_t)(g->p - g->mem) - g->len);
+        wlog("%sGUARD %s: %zu bytes %s the %s buffer were written (first at offset %ld %s it)", c->label, d,
+             bad, "around", which, rel, rel < 0 ? "before" : "after the end of");
+    }
+    return bad;
+}
+
+static unsigned char *xmalloc(ctx_t *c, size_t n)
+{
+    unsigned char *p = malloc(n ? n : 1);
+    if (!p) fail_alloc(c, n);
+    return p;
+}
+
+static void op_verify(ctx_t *c, op_t *o)
+{
+    size_t sz = ref_dtype_size(o->dt);
+    size_t n = (size_t)c->n, cnt = o->count;
+    size_t bad = 0;
+    ref_kind_t kind = op_kind(o);
+    unsigned char *exp = NULL;
+    switch (o->coll) {
+    case C_ALLREDUCE:
+        exp = xmalloc(c, cnt * sz);
+        ref_expect_reduce(exp, cnt, o->dt, o->op, c->n, c->seed, o->idx, 0);
+        bad += compare(c, o, "result", o->recv, exp, cnt, 0);
+        if (!o->inplace) {
+            ref_fill(exp, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, c->rank, 0);
+            bad += compare(c, o, "sendbuf (must be unchanged)", o->send, exp, cnt, 0);
+        }
+        break;
+    case C_REDUCE_SCATTER: {
+        size_t mine = (size_t)c->rank * cnt;
+        exp = xmalloc(c, n * cnt * sz);
+        ref_expect_reduce(exp, cnt, o->dt, o->op, c->n, c->seed, o->idx, mine);
+        bad += compare(c, o, "result", o->recv, exp, cnt, mine);
+        ref_fill(exp, n * cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, c->rank, 0);
+        if (!o->inplace) {
+            bad += compare(c, o, "sendbuf (must be unchanged)", o->send, exp, n * cnt, 0);
+        } else {
+            /* sendbuf is const: the other ranks' slices around the in-place result stay. */
+            bad += compare(c, o, "sendbuf outside own slice (const)", o->a.p, exp, mine, 0);
+            size_t after = mine + cnt;
+            bad += compare(c, o, "sendbuf outside own slice (const)", o->a.p + after * sz, exp + after * sz,
+                           n * cnt - after, after);
+        }
+        break;
+    }
+    case C_ALLGATHER:
+        exp = xmalloc(c, n * cnt * sz);
+        for (int q = 0; q < c->n; q++)
+            ref_fill(exp + (size_t)q * cnt * sz, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, q, 0);
+        bad += compare(c, o, "result", o->recv, exp, n * cnt, 0);
+        if (!o->inplace)
+            bad += compare(c, o, "sendbuf (must be unchanged)", o->send, exp + (size_t)c->rank * cnt * sz, cnt, 0);
+        break;
+    case C_BROADCAST:
+        exp = xmalloc(c, cnt * sz);
+        ref_fill(exp, cnt, o->dt, o->op, kind, c->n, c->seed, o->idx, o->root, 0);
+        bad += compare(c, o, "result", o->recv, exp, cnt, 0);
+        break;
+    default: break;
+    }
+    free(exp);
+    bad += check_guards(c, o, &o->a, o->inplace || o->coll == C_BROADCAST ? "in-place" : "send");
+    bad += check_guards(c, o, &o->b, "receive");
+    if (bad) c->failed_ops++;
+    c->checked++;
+}
+
+/*
+ * Runs ops[0..nops) in batches: a blocking op alone, or up to four async ops in flight at
+ * once, sometimes followed by a blocking op issued behind them (it must queue after them).
+ * Async requests are completed in a shuffled order, not the issue order.
+ */
+static void run_ops(ctx_t *c, op_t *ops, size_t nops, rng_t *sched)
+{
+    enum { MAXB = 5 };
+    size_t i = 0;
+    while (i < nops && !c->lib_error) {
+        size_t b = 1;
+        if (ops[i].async) {
+            size_t want = 1 + (size_t)rng_below(sched, 4);
+            while (b < want && i + b < nops && ops[i + b].async) b++;
+            if (i + b < nops && !ops[i + b].async && rng_below(sched, 3) == 0) b++;
+        }
+        op_t *batch = ops + i;
+        for (size_t k = 0; k < b; k++) op_prepare(c, &batch[k]);
+        for (size_t k = 0; k < b && !c->lib_error; k++) op_issue(c, &batch[k]);
+        size_t order[MAXB];
+        for (size_t k = 0; k < b; k++) order[k] = k;
+        for (size_t k = b; k > 1; k--) {
+            size_t j = (size_t)rng_below(sched, k);
+            size_t t = order[k - 1];
+            order[k - 1] = order[j];
+            order[j] = t;
+        }
+        for (size_t k = 0; k < b && !c->lib_error; k++) op_complete(c, &batch[order[k]]);
+        if (c->lib_error) {
+            /* Requests still out own their buffers until the library lets go of them; leaking
+             * them is the safe choice in a process that is about to exit. */
+            return;
+        }
+        for (size_t k = 0; k < b; k++) {
+            op_verify(c, &batch[k]);
+            op_release(&batch[k]);
+        }
+        i += b;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Schedules                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A count of about 1-3 MB of elements, not a multiple of nranks. */
+static size_t big_count(rng_t *r, size_t sz, int n)
+{
+    size_t bytes = ((size_t)1 << 20) + (size_t)rng_below(r, (size_t)2 << 20);
+    size_t cnt = bytes / sz;
+    if (n > 1 && cnt % (size_t)n == 0) cnt++;
+    return cnt;
+}
+
+static const size_t primes[] = {5, 31, 127, 257, 1021, 8191, 16381};
+
+/* The list every collective must see at least once (if it has enough ops). */
+static size_t special_count(size_t k, int n, size_t sz, rng_t *r, size_t *nspecial)
+{
+    const size_t fixed[] = {0, 1, 2, 3, 7, 13, (size_t)(n - 1), (size_t)(n + 1), 97, 1009, 4099,
+                            (size_t)n * 37 + 1, 65537};
+    size_t nf = sizeof fixed / sizeof fixed[0], np = sizeof primes / sizeof primes[0];
+    *nspecial = nf + np + 1;
+    if (k < nf) return fixed[k];
+    if (k < nf + np) return primes[k - nf];
+    return big_count(r, sz, n);
+}
+
+static size_t random_count(rng_t *r, int n, size_t sz, int allow_big)
+{
+    uint64_t x = rng_below(r, 1000);
+    if (x < 450) return (size_t)rng_below(r, 64);
+    if (x < 750) return (size_t)rng_below(r, 2048);
+    if (x < 900) return (size_t)rng_below(r, 20000);
+    if (x < 960) return primes[rng_below(r, sizeof primes / sizeof primes[0])];
+    if (x < 985 || !allow_big) return 65537 + (size_t)rng_below(r, 3) * (size_t)n;
+    return big_count(r, sz, n);
+}
+
+static void shuffle_ops(op_t *ops, size_t n, rng_t *r)
+{
+    for (size_t k = n; k > 1; k--) {
+        size_t j = (size_t)rng_below(r, k);
+        op_t t = ops[k - 1];
+        ops[k - 1] = ops[j];
+        ops[j] = t;
+    }
+}
+
+static op_t *ops_alloc(size_t n)
+{
+    op_t *ops = calloc(n ? n : 1, sizeof *ops);
+    if (!ops) {
+        wlog("out of memory for %zu ops", n);
+        exit(EXIT_SETUP);
+    }
+    return ops;
+}
+
+/*
+ * Every collective x dtype x op (reductions) x in-place/out-of-place x blocking/async, every
+ * broadcast root x dtype, some barriers; shuffled; each collective gets every special count
+ * once, the rest random.
+ */
+static op_t *matrix_schedule(int n, uint64_t seed, size_t *nops_out)
+{
+    size_t cap = 2 * (RING_DTYPE_COUNT * RING_OP_COUNT * 4) + RING_DTYPE_COUNT * 4 +
+                 (size_t)RING_DTYPE_COUNT * (size_t)n * 2 + 8;
+    op_t *ops = ops_alloc(cap);
+    size_t k = 0;
+    for (int coll = C_ALLREDUCE; coll <= C_REDUCE_SCATTER; coll++)
+        for (int dt = 0; dt < RING_DTYPE_COUNT; dt++)
+            for (int op = 0; op < RING_OP_COUNT; op++)
+                for (int v = 0; v < 4; v++)
+                    ops[k++] = (op_t){.coll = coll, .dt = (ring_dtype_t)dt, .op = (ring_op_t)op,
+                                      .inplace = v & 1, .async = v >> 1};
+    for (int dt = 0; dt < RING_DTYPE_COUNT; dt++)
+        for (int v = 0; v < 4; v++)
+            ops[k++] = (op_t){.coll = C_ALLGATHER, .dt = (ring_dtype_t)dt, .inplace = v & 1, .async = v >> 1};
+    for (int dt = 0; dt < RING_DTYPE_COUNT; dt++)
+        for (int root = 0; root < n; root++)
+            for (int v = 0; v < 2; v++)
+                ops[k++] = (op_t){.coll = C_BROADCAST, .dt = (ring_dtype_t)dt, .root = root, .inplace = 1, .async = v};
+    for (int v = 0; v < 8; v++) ops[k++] = (op_t){.coll = C_BARRIER, .dt = RING_UINT8, .async = v & 1};
+
+    rng_t r = rng_make(seed, 1);
+    shuffle_ops(ops, k, &r);
+    size_t seen[C_NCOLL] = {0};
+    for (size_t i = 0; i < k; i++) {
+        op_t *o = &ops[i];
+        o->idx = i;
+        o->wait_direct = rng_below(&r, 4) == 0;
+        if (o->coll == C_BARRIER) continue;
+        size_t sz = ref_dtype_size(o->dt), nspecial;
+        size_t cnt = special_count(seen[o->coll], n, sz, &r, &nspecial);
+        if (seen[o->coll] >= nspecial) cnt = random_count(&r, n, sz, 1);
+        seen[o->coll]++;
+        o->count = cnt;
+    }
+    *nops_out = k;
+    return ops;
+}
+
+/* Random mixed ops of small and medium size. */
+static op_t *mixed_schedule(int n, uint64_t seed, uint64_t stream, size_t nops, size_t maxcount)
+{
+    op_t *ops = ops_alloc(nops);
+    rng_t r = rng_make(seed, stream);
+    for (size_t i = 0; i < nops; i++) {
+        op_t *o = &ops[i];
+        uint64_t x = rng_below(&r, 100);
+        o->coll = x < 40 ? C_ALLREDUCE : x < 60 ? C_REDUCE_SCATTER : x < 75 ? C_ALLGATHER : x < 95 ? C_BROADCAST : C_BARRIER;
+        o->dt = (ring_dtype_t)rng_below(&r, RING_DTYPE_COUNT);
+        o->op = (ring_op_t)rng_below(&r, RING_OP_COUNT);
+        o->inplace = (int)rng_below(&r, 2);
+        o->async = (int)rng_below(&r, 2);
+        o->wait_direct = rng_below(&r, 4) == 0;
+        o->root = (int)rng_below(&r, (uint64_t)n);
+        uint64_t y = rng_below(&r, 100);
+        o->count = y < 60 ? (size_t)rng_below(&r, 16) : y < 90 ? (size_t)rng_below(&r, 1024) : (size_t)rng_below(&r, maxcount + 1);
+        if (o->coll == C_BROADCAST) o->inplace = 1;
+        if (o->coll == C_BARRIER) o->dt = RING_UINT8;
+        o->idx = stream << 32 | i;
+    }
+    return ops;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Scenarios                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+static ring_comm_t *init_comm_env(void)
+{
+    ring_comm_t *comm = NULL;
+    ring_result_t rc = ring_comm_init_env(&comm);
+    if (rc != RING_OK) {
+        const char *msg = ring_comm_last_error(comm);
+        if (!msg || !*msg) msg = ring_comm_last_error(NULL);
+        if (!msg) msg = "(null)";
+        wlog("ring_comm_init_env failed: %s: %s", ring_result_name(rc), msg);
+        ring_comm_destroy(comm);
+        if (g_rank == 0 && rc == RING_ERR_SYSTEM && (strstr(msg, "in use") || strstr(msg, "EADDRINUSE")))
+            exit(EXIT_PORT_IN_USE);
+        exit(EXIT_LIB);
+    }
+    if (ring_comm_rank(comm) != g_rank || ring_comm_nranks(comm) != g_nranks) {
+        wlog("ring_comm_rank/nranks = %d/%d, environment says %d/%d", ring_comm_rank(comm), ring_comm_nranks(comm),
+             g_rank, g_nranks);
+        exit(EXIT_CHECK);
+    }
+    return comm;
+}
+
+static int finish(ctx_t *c, const char *what)
+{
+    if (c->comm) {
+        ring_result_t rc = ring_comm_destroy(c->comm);
+        c->comm = NULL;
+        if (rc != RING_OK && !c->lib_error) {
+            wlog("%sring_comm_destroy returned %s", c->label, ring_result_name(rc));
+            c->lib_error = 1;
+        }
+    }
+    if (c->lib_error) return EXIT_LIB;
+    if (c->failed_ops) {
+        wlog("%s%s: %d of %ld collectives FAILED their checks", c->label, what, c->failed_ops, c->checked);
+        return EXIT_CHECK;
+    }
+    return 0;
+}
+
+static ctx_t make_ctx(ring_comm_t *comm, uint64_t seed, const char *label)
+{
+    ctx_t c = {.comm = comm, .label = label, .rank = g_rank, .n = g_nranks, .seed = seed, .poll_limit_s = 120};
+    return c;
+}
+
+static int scenario_matrix(uint64_t seed)
+{
+    ctx_t c = make_ctx(init_comm_env(), seed, "");
+    size_t nops;
+    op_t *ops = matrix_schedule(c.n, seed, &nops);
+    rng_t sched = rng_make(seed, 2);
+    double t0 = now_s();
+    run_ops(&c, ops, nops, &sched);
+    if (g_rank == 0)
+        wlog("checked %ld collectives (N=%d seed=0x%" PRIx64 ") in %.2f s", c.checked, c.n, seed, now_s() - t0);
+    write_checked(c.checked);
+    free(ops);
+    return finish(&c, "matrix");
+}
+
+static int scenario_backtoback(uint64_t seed)
+{
+    ctx_t c = make_ctx(init_comm_env(), seed, "");
+    const size_t nops = 3000;
+    op_t *ops = mixed_schedule(c.n, seed, 3, nops, 40000);
+    rng_t sched = rng_make(seed, 4);
+    double t0 = now_s();
+    run_ops(&c, ops, nops, &sched);
+    if (g_rank == 0) wlog("checked %ld collectives in %.2f s", c.checked, now_s() - t0);
+    write_checked(c.checked);
+    free(ops);
+    return finish(&c, "backtoback");
+}
+
+/* ---- float_random ---- */
+
+static int scenario_float_random(uint64_t seed)
+{
+    ctx_t c = make_ctx(init_comm_env(), seed, "");
+    static const ring_dtype_t fdt[] = {RING_FLOAT16, RING_BFLOAT16, RING_FLOAT32, RING_FLOAT64};
+    rng_t r = rng_make(seed, 5);
+    uint64_t hash = REF_FNV_INIT;
+    size_t idx = 0;
+    for (size_t t = 0; t < 4 && !c.lib_error; t++) {
+        for (int opi = 0; opi < 2 && !c.lib_error; opi++) {
+            size_t sz = ref_dtype_size(fdt[t]);
+            const size_t counts[] = {1, 7, (size_t)c.n * 3 + 1, 1009, 65537, big_count(&r, sz, c.n)};
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !c.lib_error; ci++, idx++) {
+                op_t o = {.coll = C_ALLREDUCE, .dt = fdt[t], .op = opi ? RING_AVG : RING_SUM,
+                          .inplace = (int)(idx & 1), .async = (int)((idx >> 1) & 1), .count = counts[ci],
+                          .idx = 1000 + idx};
+                size_t cnt = o.count;
+                uint64_t salt = ref_hash4(seed, o.idx, (uint64_t)c.rank, 0xf1);
+                alloc_or_die(&c, &o.a, cnt * sz, sz, salt);
+                ref_fill(o.a.p, cnt, o.dt, o.op, REF_NOISE, c.n, seed, o.idx, c.rank, 0);
+                o.send = o.a.p;
+                o.recv = o.a.p;
+                if (!o.inplace) {
+                    alloc_or_die(&c, &o.b, cnt * sz, sz, salt + 1);
+                    ref_fill_garbage(o.b.p, o.b.len, salt + 2);
+                    o.recv = o.b.p;
+                }
+                op_issue(&c, &o);
+                if (!c.lib_error) op_complete(&c, &o);
+                if (c.lib_error) break;
+
+                char d[256];
+                op_describe(&o, d, sizeof d);
+                double u = ref_unit_roundoff(o.dt);
+                /* Recursive summation in any order is off by <= (n-1)u*sum|x| to first order;
+                 * the final division and rounding add u*|result|; doubled for slack. Absolute
+                 * term: rounding of results in the fp16 subnormal range. */
+                double abs_floor = o.dt == RING_FLOAT16 ? 0x1p-24 : 0x1p-126;
+                size_t bad = 0;
+                for (size_t i = 0; i < cnt; i++) {
+                    double sum, abssum;
+                    ref_noise_sum(o.dt, c.n, seed, o.idx, i, &sum, &abssum);
+                    double want = o.op == RING_AVG ? sum / c.n : sum;
+                    double tol = 2.0 * (double)(c.n + 1) * u * (o.op == RING_AVG ? abssum / c.n : abssum) + abs_floor;
+                    double got = ref_elem_to_double((const unsigned char *)o.recv + i * sz, o.dt);
+                    if (!(fabs(got - want) <= tol)) {
+                        if (bad < MAX_REPORT_ELEMS)
+                            wlog("MISMATCH %s: result[%zu] = %.17g, expected %.17g +- %.3g", d, i, got, want, tol);
+                        bad++;
+                    }
+                }
+                if (bad) wlog("MISMATCH %s: %zu of %zu elements outside the tolerance", d, bad, cnt);
+                if (!o.inplace) {
+                    unsigned char *exp = xmalloc(&c, cnt * sz);
+                    ref_fill(exp, cnt, o.dt, o.op, REF_NOISE, c.n, seed, o.idx, c.rank, 0);
+                    bad += compare(&c, &o, "sendbuf (must be unchanged)", o.send, exp, cnt, 0);
+                    free(exp);
+                }
+                bad += check_guards(&c, &o, &o.a, o.inplace ? "in-place" : "send");
+                bad += check_guards(&c, &o, &o.b, "receive");
+                if (bad) c.failed_ops++;
+                c.checked++;
+                hash = ref_fnv1a(hash, o.recv, cnt * sz);
+                op_release(&o);
+            }
+        }
+    }
+    char name[64], val[64];
+    snprintf(name, sizeof name, "hash.%d", g_rank);
+    snprintf(val, sizeof val, "%016" PRIx64 "\n", hash);
+    write_outfile(name, val);
+    if (g_rank == 0) wlog("checked %ld allreduces, result hash %016" PRIx64, c.checked, hash);
+    write_checked(c.checked);
+    return finish(&c, "float_random");
+}
+
+/* ---- threads ---- */
+
+typedef struct {
+    int which;
+    uint64_t seed;
+    const char *root2;
+    int result;
+    int port_in_use;
+    long checked;
+} thread_arg_t;
+
+static void *comm_thread(void *p)
+{
+    thread_arg_t *t = p;
+    static const char *const labels[] = {"comm1: ", "comm2: "};
+    ring_comm_t *comm = NULL;
+    ring_result_t rc = t->which == 0 ? ring_comm_init_env(&comm)
+                                     : ring_comm_init(&comm, g_nranks, g_rank, t->root2);
+    if (rc != RING_OK) {
+        const char *msg = ring_comm_last_error(comm);
+        if (!msg || !*msg) msg = ring_comm_last_error(NULL);
+        if (!msg) msg = "(null)";
+        wlog("%sinit failed: %s: %s", labels[t->which], ring_result_name(rc), msg);
+        ring_comm_destroy(comm);
+        t->port_in_use = g_rank == 0 && rc == RING_ERR_SYSTEM && (strstr(msg, "in use") || strstr(msg, "EADDRINUSE"));
+        t->result = EXIT_LIB;
+        return NULL;
+    }
+    ctx_t c = make_ctx(comm, t->seed, labels[t->which]);
+    const size_t nops = 300;
+    op_t *ops = mixed_schedule(c.n, t->seed, 10 + (uint64_t)t->which, nops, 20000);
+    rng_t sched = rng_make(t->seed, 20 + (uint64_t)t->which);
+    run_ops(&c, ops, nops, &sched);
+    free(ops);
+    t->checked = c.checked;
+    t->result = finish(&c, "threads");
+    return NULL;
+}
+
+static int scenario_threads(uint64_t seed)
+{
+    const char *root2 = getenv("RING_TEST_ROOT2");
+    if (!root2 || !*root2) {
+        wlog("RING_TEST_ROOT2 is not set");
+        return EXIT_SETUP;
+    }
+    thread_arg_t args[2] = {{.which = 0, .seed = seed, .root2 = root2}, {.which = 1, .seed = seed ^ 0xc0ffee, .root2 = root2}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        int e = pthread_create(&th[i], NULL, comm_thread, &args[i]);
+        if (e) {
+            wlog("pthread_create: %s", strerror(e));
+            return EXIT_SETUP;
+        }
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    if (args[0].port_in_use || args[1].port_in_use) return EXIT_PORT_IN_USE;
+    long total = args[0].checked + args[1].checked;
+    if (g_rank == 0) wlog("checked %ld collectives on two communicators", total);
+    write_checked(total);
+    return args[0].result ? args[0].result : args[1].result;
+}
+
+/* ---- barrier ---- */
+
+static int file_exists(const char *name)
+{
+    const char *dir = getenv("RING_TEST_OUTDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static int scenario_barrier(uint64_t seed)
+{
+    const char *dir = getenv("RING_TEST_OUTDIR");
+    if (!dir || !*dir) {
+        wlog("RING_TEST_OUTDIR is not set");
+        return EXIT_SETUP;
+    }
+    ctx_t c = make_ctx(init_comm_env(), seed, "");
+    const int rounds = 3;
+    for (int round = 0; round < rounds && !c.lib_error; round++) {
+        long ms = (long)(ref_hash4(seed, (uint64_t)round, (uint64_t)c.rank, 0xba) % 201);
+        sleep_us(ms * 1000);
+        char name[64];
+        /* Round 0 uses the plain names the harness also checks. */
+        if (round == 0) snprintf(name, sizeof name, "entered.%d", c.rank);
+        else snprintf(name, sizeof name, "entered.r%d.%d", round, c.rank);
+        write_outfile(name, "1\n");
+        ring_result_t rc;
+        if (round == 2) {
+            ring_request_t *req = NULL;
+            rc = ring_barrier_async(c.comm, &req);
+            if (rc == RING_OK) rc = ring_wait(req);
+        } else {
+            rc = ring_barrier(c.comm);
+        }
+        if (rc != RING_OK) {
+            wlog("round %d: barrier returned %s: %s", round, ring_result_name(rc), ring_comm_last_error(c.comm));
+            c.lib_error = 1;
+            break;
+        }
+        for (int q = 0; q < c.n; q++) {
+            if (round == 0) snprintf(name, sizeof name, "entered.%d", q);
+            else snprintf(name, sizeof name, "entered.r%d.%d", round, q);
+            if (!file_exists(name)) {
+                wlog("round %d: left the barrier (slept %ld ms) before rank %d entered it: %s missing", round, ms, q, name);
+                c.failed_ops++;
+            }
+        }
+        c.checked++;
+    }
+    write_checked(c.checked);
+    return finish(&c, "barrier");
+}
+
+/* ---- large ---- */
+
+/* Depends on every byte of the index, so data landing at an offset truncated to 32 bits (or
+ * any other wrong offset) is caught. */
+static inline uint8_t large_pattern(uint64_t i, int rank)
+{
+    uint64_t v = i + (i >> 8) * 3 + (i >> 16) * 5 + (i >> 24) * 7 + (i >> 31) * 101 + (uint64_t)rank * 37;
+    return (uint8_t)v;
+}
+
+static int scenario_large(uint64_t seed)
+{
+    if (g_nranks != 2) {
+        wlog("the large scenario is for 2 ranks");
+        return EXIT_SETUP;
+    }
+    const size_t count = ((size_t)1 << 31) + 3;
+    const size_t tail = 4096;
+    unsigned char *buf = mmap(NULL, count + tail, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (buf == MAP_FAILED) {
+        wlog("mmap %zu bytes: %s", count + tail, strerror(errno));
+        return EXIT_SETUP;
+    }
+    for (size_t i = 0; i < count; i++) buf[i] = large_pattern(i, g_rank);
+    for (size_t i = 0; i < tail; i++) buf[count + i] = (uint8_t)(0x5a ^ i);
+    ctx_t c = make_ctx(init_comm_env(), seed, "");
+    double t0 = now_s();
+    ring_result_t rc = ring_allreduce(c.comm, buf, buf, count, RING_INT8, RING_SUM);
+    double dt = now_s() - t0;
+    if (rc != RING_OK) {
+        wlog("allreduce of %zu int8: %s: %s", count, ring_result_name(rc), ring_comm_last_error(c.comm));
+        c.lib_error = 1;
+    } else {
+        size_t bad = 0;
+        for (size_t i = 0; i < count; i++) {
+            uint8_t want = (uint8_t)(large_pattern(i, 0) + large_pattern(i, 1));
+            if (buf[i] != want) {
+                if (bad < MAX_REPORT_ELEMS) wlog("MISMATCH large allreduce: [%zu] = %u, expected %u", i, buf[i], want);
+                bad++;
+            }
+        }
+        for (size_t i = 0; i < tail; i++)
+            if (buf[count + i] != (uint8_t)(0x5a ^ i)) {
+                wlog("GUARD large allreduce: byte %zu after the end was written", i);
+                bad++;
+                break;
+            }
+        if (bad) {
+            wlog("MISMATCH large allreduce: %zu bad bytes", bad);
+            c.failed_ops++;
+        }
+        c.checked++;
+        if (g_rank == 0) wlog("allreduce of %zu int8 in %.1f s (%.2f GB/s algorithm bandwidth)", count, dt, (double)count / dt / 1e9);
+    }
+    munmap(buf, count + tail);
+    write_checked(c.checked);
+    return finish(&c, "large");
+}
+
+/* ---- errors ---- */
+
+static int g_err_fail;
+
+#define EXPECT_RC(call, want)                                                                      \
+    do {                                                                                           \
+        ring_result_t got_ = (call);                                                               \
+        if (got_ != (want)) {                                                                      \
+            wlog("line %d: %s returned %d (%s), expected %s", __LINE__, #call, (int)got_,           \
+                 ring_result_name(got_) ? ring_result_name(got_) : "NULL", #want);                 \
+            g_err_fail++;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* An argument error on a live communicator: the code, and an explanation left behind. */
+#define EXPECT_ARG(comm, call)                                                                     \
+    do {                                                                                           \
+        EXPECT_RC(call, RING_ERR_INVALID_ARG);                                                     \
+        const char *e_ = ring_comm_last_error(comm);                                               \
+        if (!e_ || !*e_) {                                                                         \
+            wlog("line %d: %s left no explanation in ring_comm_last_error", __LINE__, #call);     \
+            g_err_fail++;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static int scenario_errors(uint64_t seed)
+{
+    /* Names and descriptions come from the same X-list as the header: compare to it. */
+    static const struct {
+        ring_result_t code;
+        const char *name, *desc;
+    } codes[] = {
+#define X(name, value, desc) {name, #name, desc},
+        RING_RESULT_LIST(X)
+#undef X
+    };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const char *s = ring_strerror(codes[i].code), *nm = ring_result_name(codes[i].code);
+        if (!s || strcmp(s, codes[i].desc) || !nm || strcmp(nm, codes[i].name)) {
+            wlog("ring_strerror/ring_result_name(%d) = \"%s\"/\"%s\", expected \"%s\"/\"%s\"", (int)codes[i].code,
+                 s ? s : "NULL", nm ? nm : "NULL", codes[i].desc, codes[i].name);
+            g_err_fail++;
+        }
+    }
+    const int unknown[] = {-1, 13, 99, 1 << 30};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        if (!ring_strerror((ring_result_t)unknown[i]) || !ring_result_name((ring_result_t)unknown[i])) {
+            wlog("ring_strerror/ring_result_name(%d) returned NULL for an unknown code", unknown[i]);
+            g_err_fail++;
+        }
+    if (ring_version() != RING_VERSION_CODE) {
+        wlog("ring_version() = %d, header says %d", ring_version(), RING_VERSION_CODE);
+        g_err_fail++;
+    }
+    for (int d = 0; d < RING_DTYPE_COUNT; d++)
+        if (ring_dtype_size((ring_dtype_t)d) != ref_dtype_size((ring_dtype_t)d)) {
+            wlog("ring_dtype_size(%s) = %zu, expected %zu", ref_dtype_name((ring_dtype_t)d),
+                 ring_dtype_size((ring_dtype_t)d), ref_dtype_size((ring_dtype_t)d));
+            g_err_fail++;
+        }
+    if (ring_dtype_size((ring_dtype_t)99) != 0 || ring_dtype_size(RING_DTYPE_COUNT) != 0) {
+        wlog("ring_dtype_size of an invalid dtype is not 0");
+        g_err_fail++;
+    }
+    if (ring_comm_rank(NULL) != -1 || ring_comm_nranks(NULL) != -1) {
+        wlog("ring_comm_rank/nranks(NULL) != -1");
+        g_err_fail++;
+    }
+    EXPECT_RC(ring_config_init(NULL), RING_ERR_INVALID_ARG);
+    ring_comm_destroy(NULL); /* documented as safe; the code it returns is not specified */
+
+    int32_t buf[64] = {0}, buf2[64] = {0};
+    ring_request_t *req = NULL;
+    int done = 0;
+
+    /* NULL communicator */
+    EXPECT_RC(ring_allreduce(NULL, buf, buf2, 4, RING_INT32, RING_SUM), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_reduce_scatter(NULL, buf, buf2, 2, RING_INT32, RING_SUM), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_allgather(NULL, buf, buf2, 2, RING_INT32), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_broadcast(NULL, buf, 4, RING_INT32, 0), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_barrier(NULL), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_allreduce_async(NULL, buf, buf2, 4, RING_INT32, RING_SUM, &req), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_reduce_scatter_async(NULL, buf, buf2, 2, RING_INT32, RING_SUM, &req), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_allgather_async(NULL, buf, buf2, 2, RING_INT32, &req), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_broadcast_async(NULL, buf, 4, RING_INT32, 0, &req), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_barrier_async(NULL, &req), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_wait(NULL), RING_ERR_INVALID_ARG);
+    EXPECT_RC(ring_test(NULL, &done), RING_ERR_INVALID_ARG);
+
+    ctx_t c = make_ctx(init_comm_env(), seed, "");
+    ring_comm_t *comm = c.comm;
+    const int n = c.n;
+
+    /* Rank 0 makes many more bad calls than the others: if any of them reached the wire or
+     * the queue, the ranks' sequences would no longer match and the valid calls below fail. */
+    int reps = c.rank == 0 ? 3 : 1;
+    for (int rep = 0; rep < reps; rep++) {
+        /* NULL buffers with count > 0 */
+        EXPECT_ARG(comm, ring_allreduce(comm, NULL, buf2, 4, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_allreduce(comm, buf, NULL, 4, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_reduce_scatter(comm, NULL, buf2, 2, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_reduce_scatter(comm, buf, NULL, 2, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_allgather(comm, NULL, buf2, 2, RING_INT32));
+        EXPECT_ARG(comm, ring_allgather(comm, buf, NULL, 2, RING_INT32));
+        EXPECT_ARG(comm, ring_broadcast(comm, NULL, 4, RING_INT32, 0));
+        EXPECT_ARG(comm, ring_allreduce_async(comm, NULL, buf2, 4, RING_INT32, RING_SUM, &req));
+        EXPECT_ARG(comm, ring_reduce_scatter_async(comm, buf, NULL, 2, RING_INT32, RING_SUM, &req));
+        EXPECT_ARG(comm, ring_allgather_async(comm, NULL, buf2, 2, RING_INT32, &req));
+        EXPECT_ARG(comm, ring_broadcast_async(comm, NULL, 4, RING_INT32, 0, &req));
+        /* NULL request pointer */
+        EXPECT_ARG(comm, ring_allreduce_async(comm, buf, buf2, 4, RING_INT32, RING_SUM, NULL));
+        EXPECT_ARG(comm, ring_reduce_scatter_async(comm, buf, buf2, 2, RING_INT32, RING_SUM, NULL));
+        EXPECT_ARG(comm, ring_allgather_async(comm, buf, buf2, 2, RING_INT32, NULL));
+        EXPECT_ARG(comm, ring_broadcast_async(comm, buf, 4, RING_INT32, 0, NULL));
+        EXPECT_ARG(comm, ring_barrier_async(comm, NULL));
+        /* invalid dtype / op */
+        const ring_dtype_t bad_dt[] = {(ring_dtype_t)99, RING_DTYPE_COUNT, (ring_dtype_t)-1};
+        for (size_t i = 0; i < 3; i++) {
+            EXPECT_ARG(comm, ring_allreduce(comm, buf, buf2, 4, bad_dt[i], RING_SUM));
+            EXPECT_ARG(comm, ring_reduce_scatter(comm, buf, buf2, 2, bad_dt[i], RING_SUM));
+            EXPECT_ARG(comm, ring_allgather(comm, buf, buf2, 2, bad_dt[i]));
+            EXPECT_ARG(comm, ring_broadcast(comm, buf, 4, bad_dt[i], 0));
+            EXPECT_ARG(comm, ring_allreduce_async(comm, buf, buf2, 4, bad_dt[i], RING_SUM, &req));
+        }
+        const ring_op_t bad_op[] = {(ring_op_t)99, RING_OP_COUNT, (ring_op_t)-1};
+        for (size_t i = 0; i < 3; i++) {
+            EXPECT_ARG(comm, ring_allreduce(comm, buf, buf2, 4, RING_INT32, bad_op[i]));
+            EXPECT_ARG(comm, ring_reduce_scatter(comm, buf, buf2, 2, RING_INT32, bad_op[i]));
+            EXPECT_ARG(comm, ring_reduce_scatter_async(comm, buf, buf2, 2, RING_FLOAT32, bad_op[i], &req));
+        }
+        /* invalid root */
+        EXPECT_ARG(comm, ring_broadcast(comm, buf, 4, RING_INT32, -1));
+        EXPECT_ARG(comm, ring_broadcast(comm, buf, 4, RING_INT32, n));
+        EXPECT_ARG(comm, ring_broadcast_async(comm, buf, 4, RING_INT32, n + 5, &req));
+        /* count * size (* nranks) overflowing size_t */
+        EXPECT_ARG(comm, ring_allreduce(comm, buf, buf2, SIZE_MAX / 2, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_allreduce(comm, buf, buf, SIZE_MAX / 2, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_broadcast(comm, buf, SIZE_MAX / 2, RING_INT32, 0));
+        EXPECT_ARG(comm, ring_reduce_scatter(comm, buf, buf2, SIZE_MAX / 2, RING_INT32, RING_SUM));
+        EXPECT_ARG(comm, ring_allgather(comm, buf, buf2, SIZE_MAX / 2, RING_INT32));
+        /* count*size fits but nranks*count*size does not */
+        size_t per = SIZE_MAX / 4 / (size_t)n + 1;
+        if (n > 1) {
+            EXPECT_ARG(comm, ring_reduce_scatter(comm, buf, buf2, per, RING_INT32, RING_SUM));
+            EXPECT_ARG(comm, ring_allgather(comm, buf, buf2, per, RING_INT32));
+        }
+        EXPECT_ARG(comm, ring_allreduce_async(comm, buf, buf2, SIZE_MAX / 2, RING_INT32, RING_SUM, &req));
+    }
+    if (g_err_fail) {
+        wlog("%d argument checks failed", g_err_fail);
+        c.failed_ops++;
+    }
+    c.checked++;
+
+    /* The argument errors must not have failed the communicator: every collective works. */
+    op_t *ops = mixed_schedule(n, seed, 30, 60, 3000);
+    for (int coll = 0; coll < C_NCOLL; coll++) { /* one of each, at least */
+        ops[coll].coll = coll;
+        ops[coll].inplace = coll == C_BROADCAST ? 1 : ops[coll].inplace;
+        ops[coll].dt = coll == C_BARRIER ? RING_UINT8 : ops[coll].dt;
+    }
+    ops[0].async = 0;
+    rng_t sched = rng_make(seed, 31);
+    run_ops(&c, ops, 60, &sched);
+    free(ops);
+    write_checked(c.checked);
+    if (g_rank == 0) wlog("checked %ld calls (argument checks + collectives)", c.checked);
+    return finish(&c, "errors");
+}
+
+static int env_int(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || v < 0 || v > 1 << 20 ? -1 : (int)v;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: %s matrix|float_random|threads|backtoback|barrier|large|errors [seed]\n", argv[0]);
+        return EXIT_SETUP;
+    }
+    g_scenario = argv[1];
+    g_rank = env_int("RING_RANK");
+    g_nranks = env_int("RING_NRANKS");
+    if (g_rank < 0 || g_nranks < 1 || g_rank >= g_nranks) {
+        wlog("RING_RANK / RING_NRANKS missing or invalid");
+        return EXIT_SETUP;
+    }
+    uint64_t seed = argc == 3 ? strtoull(argv[2], NULL, 0) : 1;
+    static const struct {
+        const char *name;
+        int (*fn)(uint64_t);
+    } scenarios[] = {
+        {"matrix", scenario_matrix},   {"float_random", scenario_float_random}, {"threads", scenario_threads},
+        {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
+        {"errors", scenario_errors},
+    };
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);
+    wlog("unknown scenario");
+    return EXIT_SETUP;
+}

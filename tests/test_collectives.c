@@ -1,0 +1,455 @@
+/*
+ * Multi-process collective tests: each Test starts N ranks of mp_worker (fork+exec, so every
+ * rank is a fresh process with its own library state) talking over loopback TCP, waits for
+ * them under a hard deadline, and requires every rank to exit 0. The checks themselves run in
+ * the ranks (see mp_worker.c); files the ranks leave in a scratch directory let this side
+ * verify cross-rank properties without trusting any rank (identical float results, barrier
+ * ordering, how many collectives were checked).
+ *
+ * Environment: RING_TEST_WORKER (path of mp_worker, set by meson), RING_TEST_LARGE=1 enables
+ * the > 2^31-element test, RING_TEST_SEED (optional) perturbs every seed.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define MAX_RANKS 16
+#define EXIT_PORT_IN_USE 77
+/* After one rank fails, the others should notice the dead peer quickly; this bounds how long
+ * they are given before being killed so that a failure never costs the whole deadline. */
+#define GRACE_AFTER_FAILURE_S 20
+
+typedef struct {
+    const char *scenario;
+    int nranks;
+    uint64_t seed;
+    const char *const *env; /* extra "NAME=value" entries, NULL-terminated; may be NULL */
+    int deadline_s;
+    int second_root; /* threads scenario: a second communicator needs its own root port */
+} job_t;
+
+typedef struct {
+    int ok;
+    int port_in_use;
+    double seconds;
+    char outdir[256];
+    char msg[2048];
+} job_result_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* A port nobody listens on right now. Someone may take it before rank 0 binds it: the
+ * worker then exits with EXIT_PORT_IN_USE and the run is repeated with a new port. */
+static int pick_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "bind 127.0.0.1:0: %s", strerror(errno));
+    socklen_t len = sizeof sa;
+    cr_assert(getsockname(fd, (struct sockaddr *)&sa, &len) == 0, "getsockname: %s", strerror(errno));
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void random_hex32(char out[33])
+{
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t r = getrandom(b + got, sizeof b - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        cr_assert(r > 0, "getrandom: %s", strerror(errno));
+        got += (size_t)r;
+    }
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Tunables a developer may have exported must not leak into the ranks (the test sets its
+ * own); logging switches are kept so that a failing run can be re-run with logs. */
+static int inherit_var(const char *kv)
+{
+    if (strncmp(kv, "RING_", 5) != 0) return 1;
+    return strncmp(kv, "RING_LOG", 8) == 0 || strncmp(kv, "RING_DEBUG", 10) == 0;
+}
+
+static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int r = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    cr_assert(r >= 0, "out of memory");
+    return s;
+}
+
+static const char *worker_path(void)
+{
+    const char *w = getenv("RING_TEST_WORKER");
+    cr_assert(w && *w, "RING_TEST_WORKER is not set (meson sets it to the mp_worker binary)");
+    cr_assert(access(w, X_OK) == 0, "RING_TEST_WORKER=%s: %s", w, strerror(errno));
+    return w;
+}
+
+static uint64_t seed_for(uint64_t base)
+{
+    const char *s = getenv("RING_TEST_SEED");
+    return s && *s ? base ^ strtoull(s, NULL, 0) : base;
+}
+
+static void remove_outdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void describe_status(char *buf, size_t len, int rank, int status, int killed)
+{
+    if (killed)
+        snprintf(buf, len, "rank %d: killed (SIGKILL from the test: %s); ", rank,
+                 killed == 1 ? "deadline" : "still running after another rank failed");
+    else if (WIFEXITED(status))
+        snprintf(buf, len, "rank %d: exit %d; ", rank, WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, len, "rank %d: killed by signal %d (%s); ", rank, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, len, "rank %d: status 0x%x; ", rank, status);
+}
+
+static void run_job_once(const job_t *job, job_result_t *res)
+{
+    const char *worker = worker_path();
+    int n = job->nranks;
+    cr_assert(n >= 1 && n <= MAX_RANKS);
+    memset(res, 0, sizeof *res);
+
+    snprintf(res->outdir, sizeof res->outdir, "%s/ringcomm-mp-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    cr_assert(mkdtemp(res->outdir), "mkdtemp: %s", strerror(errno));
+
+    char secret[33];
+    random_hex32(secret);
+    int port = pick_port(), port2 = job->second_root ? pick_port() : 0;
+    char seedstr[32];
+    snprintf(seedstr, sizeof seedstr, "0x%" PRIx64, job->seed);
+
+    /* The whole environment of every rank is built before fork: the child only execs. */
+    size_t nenv = 0;
+    while (environ[nenv]) nenv++;
+    size_t nextra = 0;
+    while (job->env && job->env[nextra]) nextra++;
+    char **envs[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        char **e = calloc(nenv + nextra + 16, sizeof *e);
+        cr_assert(e, "out of memory");
+        size_t k = 0;
+        /* Per-test settings first: getenv returns the first match. */
+        for (size_t i = 0; i < nextra; i++) e[k++] = xasprintf("%s", job->env[i]);
+        e[k++] = xasprintf("RING_RANK=%d", r);
+        e[k++] = xasprintf("RING_NRANKS=%d", n);
+        e[k++] = xasprintf("RING_ROOT=127.0.0.1:%d", port);
+        e[k++] = xasprintf("RING_SECRET=%s", secret);
+        e[k++] = xasprintf("RING_TIMEOUT_MS=30000");
+        e[k++] = xasprintf("RING_TEST_OUTDIR=%s", res->outdir);
+        if (port2) e[k++] = xasprintf("RING_TEST_ROOT2=127.0.0.1:%d", port2);
+        for (size_t i = 0; i < nenv; i++)
+            if (inherit_var(environ[i])) e[k++] = environ[i];
+        e[k] = NULL;
+        envs[r] = e;
+    }
+    char *argv[] = {(char *)worker, (char *)job->scenario, seedstr, NULL};
+
+    pid_t parent = getpid();
+    pid_t pids[MAX_RANKS];
+    int status[MAX_RANKS], done[MAX_RANKS], killed[MAX_RANKS];
+    double t0 = now_s();
+    for (int r = 0; r < n; r++) {
+        done[r] = killed[r] = 0;
+        status[r] = 0;
+        pid_t pid = fork();
+        if (pid < 0) {
+            for (int q = 0; q < r; q++) kill(pids[q], SIGKILL);
+            for (int q = 0; q < r; q++) waitpid(pids[q], NULL, 0);
+            cr_assert_fail("fork: %s", strerror(errno));
+        }
+        if (pid == 0) {
+            /* Never outlive the test process, even if it is killed by its own timeout. */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(126);
+            execve(worker, argv, envs[r]);
+            _exit(127);
+        }
+        pids[r] = pid;
+    }
+
+    double deadline = t0 + job->deadline_s, fail_at = 0;
+    int alive = n, timed_out = 0;
+    while (alive > 0) {
+        for (int r = 0; r < n; r++) {
+            if (done[r]) continue;
+            pid_t w = waitpid(pids[r], &status[r], WNOHANG);
+            if (w != pids[r]) continue;
+            done[r] = 1;
+            alive--;
+            int bad = !WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != 0;
+            if (bad && !fail_at) fail_at = now_s();
+            if (r == 0 && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == EXIT_PORT_IN_USE) res->port_in_use = 1;
+        }
+        if (!alive) break;
+        double t = now_s();
+        int why = 0;
+        if (t > deadline) why = 1, timed_out = 1;
+        else if (res->port_in_use || (fail_at && t > fail_at + GRACE_AFTER_FAILURE_S)) why = 2;
+        if (why) {
+            for (int r = 0; r < n; r++)
+                if (!done[r]) {
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], &status[r], 0);
+                    done[r] = 1;
+                    killed[r] = why;
+                }
+            break;
+        }
+        sleep_ms(10);
+    }
+    res->seconds = now_s() - t0;
+
+    for (int r = 0; r < n; r++) {
+        size_t k = 0;
+        while (job->env && k < nextra) free(envs[r][k++]);
+        for (int i = 0; i < 6 + (port2 ? 1 : 0); i++) free(envs[r][k++]);
+        free(envs[r]);
+    }
+
+    res->ok = 1;
+    size_t off = 0;
+    for (int r = 0; r < n; r++) {
+        int good = !killed[r] && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+        if (good) continue;
+        res->ok = 0;
+        if (off < sizeof res->msg)
+            describe_status(res->msg + off, sizeof res->msg - off, r, status[r], killed[r]);
+        off = strlen(res->msg);
+    }
+    if (timed_out && off < sizeof res->msg)
+        snprintf(res->msg + off, sizeof res->msg - off, "deadline of %d s exceeded; ", job->deadline_s);
+}
+
+/* Reads a small integer or token file the ranks left; 0 if absent. */
+static int read_outfile(const char *dir, const char *name, char *buf, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t got = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    return got > 0;
+}
+
+/*
+ * Runs the job (once more with fresh ports if rank 0 lost its port to someone else), asserts
+ * every rank passed and every rank reported a non-zero number of checked operations. Returns
+ * the outdir for further checks; the caller removes it.
+ */
+static void run_job(const job_t *job, job_result_t *res, long *checked_per_rank)
+{
+    for (int attempt = 0;; attempt++) {
+        run_job_once(job, res);
+        if (!res->port_in_use || attempt == 1) break;
+        fprintf(stderr, "[%s N=%d] root port was taken before rank 0 could bind it; retrying with a new port\n",
+                job->scenario, job->nranks);
+        remove_outdir(res->outdir);
+    }
+    if (!res->ok) {
+        char outdir[256];
+        snprintf(outdir, sizeof outdir, "%s", res->outdir);
+        remove_outdir(outdir);
+        cr_assert_fail("%s N=%d seed=0x%" PRIx64 " failed after %.1f s: %s(the ranks' stderr above says why; "
+                       "rerun one rank by hand with RING_RANK/RING_NRANKS/RING_ROOT set: mp_worker %s 0x%" PRIx64 ")",
+                       job->scenario, job->nranks, job->seed, res->seconds, res->msg, job->scenario, job->seed);
+    }
+    long first = -1;
+    for (int r = 0; r < job->nranks; r++) {
+        char name[64], buf[64];
+        snprintf(name, sizeof name, "checked.%d", r);
+        int have = read_outfile(res->outdir, name, buf, sizeof buf);
+        long v = have ? strtol(buf, NULL, 10) : -1;
+        if (v <= 0) remove_outdir(res->outdir);
+        cr_assert(v > 0, "%s N=%d: rank %d exited 0 but reports %ld checked operations: a test that checks nothing",
+                  job->scenario, job->nranks, r, v);
+        if (r == 0) first = v;
+        checked_per_rank[r] = v;
+    }
+    fprintf(stderr, "[%s N=%d seed=0x%" PRIx64 "] passed: %ld collectives checked per rank, %.1f s\n", job->scenario,
+            job->nranks, job->seed, first, res->seconds);
+}
+
+static void run_simple(const char *scenario, int n, uint64_t seed, const char *const *env, int deadline_s)
+{
+    job_t job = {.scenario = scenario, .nranks = n, .seed = seed_for(seed), .env = env, .deadline_s = deadline_s};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    remove_outdir(res.outdir);
+    /* Every rank runs the same schedule: differing counts mean a rank skipped work. */
+    for (int r = 1; r < n; r++)
+        cr_expect(checked[r] == checked[0], "%s N=%d: rank %d checked %ld collectives, rank 0 %ld", scenario, n, r,
+                  checked[r], checked[0]);
+}
+
+#define MATRIX_DEADLINE 150
+
+Test(collectives, matrix_n1, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 1, 0x1001, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n2, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 2, 0x2002, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n3, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 3, 0x3003, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n4, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 4, 0x4004, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n5, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 5, 0x5005, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n6, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 6, 0x6006, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n7, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 7, 0x7007, NULL, MATRIX_DEADLINE); }
+Test(collectives, matrix_n8, .timeout = MATRIX_DEADLINE + 60) { run_simple("matrix", 8, 0x8008, NULL, MATRIX_DEADLINE); }
+
+/* A chunk size that is no multiple of any element size larger than 1 (1000 would be a multiple
+ * of 8), and more sockets than the default: chunks must be rounded down to whole elements, and
+ * scratch slots 1003 bytes apart are misaligned for every wider type. */
+Test(collectives, matrix_n3_chunk1003_nsocks3, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_CHUNK_BYTES=1003", "RING_NSOCKS=3", NULL};
+    run_simple("matrix", 3, 0x3e03, env, MATRIX_DEADLINE);
+}
+
+/* Small chunks and a single chunk in flight: many pipeline steps, no overlap to hide bugs. */
+Test(collectives, matrix_n4_chunk4096_depth1, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_CHUNK_BYTES=4096", "RING_PIPELINE_DEPTH=1", NULL};
+    run_simple("matrix", 4, 0x4d14, env, MATRIX_DEADLINE);
+}
+
+/* Rounded float results must still be bitwise identical on every rank: each rank leaves a
+ * hash of all its results and this side compares them, trusting no rank's own claim. */
+static void run_float_random(int n, uint64_t seed)
+{
+    job_t job = {.scenario = "float_random", .nranks = n, .seed = seed_for(seed), .deadline_s = 120};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    char h0[64] = "", h[64];
+    int have0 = read_outfile(res.outdir, "hash.0", h0, sizeof h0);
+    int same = have0;
+    int differing = -1;
+    for (int r = 1; r < n && same; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "hash.%d", r);
+        if (!read_outfile(res.outdir, name, h, sizeof h) || strcmp(h, h0) != 0) same = 0, differing = r;
+    }
+    remove_outdir(res.outdir);
+    cr_assert(have0, "float_random N=%d: rank 0 left no result hash", n);
+    cr_assert(same, "float_random N=%d: rank %d's results differ bitwise from rank 0's (hash %s vs %s)", n, differing,
+              h, h0);
+}
+
+Test(collectives, float_random_n4, .timeout = 180) { run_float_random(4, 0xf404); }
+Test(collectives, float_random_n5, .timeout = 180) { run_float_random(5, 0xf505); }
+
+Test(collectives, threads_n3, .timeout = 180)
+{
+    job_t job = {.scenario = "threads", .nranks = 3, .seed = seed_for(0x7403), .deadline_s = 120, .second_root = 1};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    remove_outdir(res.outdir);
+}
+
+Test(collectives, backtoback_n4, .timeout = 180) { run_simple("backtoback", 4, 0xb404, NULL, 120); }
+
+Test(collectives, barrier_n5, .timeout = 180)
+{
+    job_t job = {.scenario = "barrier", .nranks = 5, .seed = seed_for(0xba05), .deadline_s = 120};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    int missing = -1;
+    for (int r = 0; r < 5 && missing < 0; r++) {
+        char name[32], buf[8];
+        snprintf(name, sizeof name, "entered.%d", r);
+        if (!read_outfile(res.outdir, name, buf, sizeof buf)) missing = r;
+    }
+    remove_outdir(res.outdir);
+    cr_assert(missing < 0, "barrier: rank %d never created its entered file", missing);
+}
+
+static long mem_available_kib(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %ld kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+/* 2^31 + 3 elements: every index and byte count past INT_MAX/UINT32 limits. */
+Test(collectives, large_n2, .timeout = 360)
+{
+    const char *large = getenv("RING_TEST_LARGE");
+    if (!large || strcmp(large, "1") != 0) {
+        fprintf(stderr, "[large N=2] skipped: RING_TEST_LARGE is not 1 (sanitizer build or large_tests=false)\n");
+        cr_skip_test("RING_TEST_LARGE is not 1");
+    }
+    long kib = mem_available_kib();
+    if (kib < 8L * 1024 * 1024) {
+        fprintf(stderr, "[large N=2] skipped: needs 8 GiB of available memory, /proc/meminfo says %ld KiB\n", kib);
+        cr_skip_test("less than 8 GiB of available memory");
+    }
+    job_t job = {.scenario = "large", .nranks = 2, .seed = seed_for(0x1a2), .deadline_s = 300};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    remove_outdir(res.outdir);
+}
+
+Test(collectives, errors_n2, .timeout = 180) { run_simple("errors", 2, 0xe202, NULL, 120); }

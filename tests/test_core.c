@@ -1,0 +1,681 @@
+/*
+ * Unit tests for the core modules that need no network: partition arithmetic, environment
+ * parsing, parameter resolution, error strings, bootstrap HELLO validation, and the
+ * single-rank communicator (which runs the whole API path without sockets).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "internal.h"
+#include "param.h"
+#include "partition.h"
+
+/* ---- partition ------------------------------------------------------------------------ */
+
+static void check_layout(size_t count, int nseg, int balanced, size_t chunk, int lanes)
+{
+    ring__layout_t l;
+    ring__layout_init(&l, count, nseg, balanced, chunk, lanes);
+    size_t total = 0;
+    for (int s = 0; s < nseg; s++) {
+        size_t len = ring__layout_seg_len(&l, s);
+        total += len;
+        if (s > 0) cr_assert_eq(ring__layout_seg_off(&l, s), ring__layout_seg_off(&l, s - 1) + ring__layout_seg_len(&l, s - 1));
+        /* Walking every round and chunk of a segment must tile it exactly, in order. */
+        size_t expect = ring__layout_seg_off(&l, s), covered = 0;
+        for (size_t j = 0; j < l.nrounds; j++) {
+            int lj = ring__layout_round_lanes(&l, j);
+            cr_assert(lj >= 1 && lj <= lanes);
+            for (int c = 0; c < lj; c++) {
+                size_t off, n;
+                ring__layout_chunk(&l, j, s, c, &off, &n);
+                cr_assert(n <= chunk, "chunk of %zu elements exceeds E=%zu", n, chunk);
+                if (n) cr_assert_eq(off, expect, "count %zu nseg %d seg %d round %zu chunk %d", count, nseg, s, j, c);
+                expect += n;
+                covered += n;
+            }
+        }
+        cr_assert_eq(covered, len, "count %zu nseg %d seg %d: covered %zu of %zu", count, nseg, s, covered, len);
+    }
+    cr_assert_eq(total, balanced ? count : count * (size_t)nseg);
+    if (balanced && nseg > 0) {
+        size_t mx = ring__layout_seg_len(&l, 0), mn = ring__layout_seg_len(&l, nseg - 1);
+        cr_assert(mx - mn <= 1, "segments unbalanced");
+    }
+    /* Message index <-> coordinates round-trip for every message. */
+    int nsteps = 2 * (nseg > 1 ? nseg - 1 : 1);
+    size_t nm = ring__layout_nmsgs(&l, nsteps);
+    for (size_t i = 0; i < nm; i++) {
+        size_t j;
+        int k, c;
+        ring__layout_msg_coords(&l, nsteps, i, &j, &k, &c);
+        cr_assert(k >= 0 && k < nsteps && c >= 0 && c < ring__layout_round_lanes(&l, j));
+        cr_assert_eq(ring__layout_msg_index(&l, nsteps, j, k, c), i);
+    }
+}
+
+Test(partition, tiles_every_segment_exactly)
+{
+    const size_t counts[] = {0, 1, 2, 3, 7, 8, 9, 97, 1000, 1009, 4099, 65537, 1 << 20};
+    const size_t chunks[] = {1, 3, 64, 1000, 4096};
+    for (size_t a = 0; a < sizeof counts / sizeof *counts; a++)
+        for (int n = 1; n <= 8; n++)
+            for (size_t b = 0; b < sizeof chunks / sizeof *chunks; b++)
+                for (int lanes = 1; lanes <= 4; lanes++) {
+                    if (counts[a] / chunks[b] > 200000) continue; /* keep the test fast */
+                    check_layout(counts[a], n, 1, chunks[b], lanes);
+                    check_layout(counts[a] / 3, n, 0, chunks[b], lanes);
+                }
+}
+
+Test(partition, small_buffers_use_one_message_per_step)
+{
+    ring__layout_t l;
+    ring__layout_init(&l, 100, 4, 1, 1000, 3);
+    cr_assert_eq(l.nrounds, 1);
+    cr_assert_eq(ring__layout_round_lanes(&l, 0), 1);
+    cr_assert_eq(ring__layout_nmsgs(&l, 6), 6);
+    ring__layout_init(&l, 0, 4, 1, 1000, 3);
+    cr_assert_eq(ring__layout_nmsgs(&l, 6), 0);
+}
+
+Test(partition, large_counts_do_not_overflow)
+{
+    ring__layout_t l;
+    size_t count = ((size_t)1 << 31) + 3;
+    ring__layout_init(&l, count, 2, 1, 512 * 1024, 3);
+    size_t off, n;
+    ring__layout_chunk(&l, l.nrounds - 1, 1, ring__layout_round_lanes(&l, l.nrounds - 1) - 1, &off, &n);
+    cr_assert_eq(off + n, count);
+}
+
+Test(partition, mod_handles_negatives)
+{
+    cr_assert_eq(ring__mod(-1, 4), 3);
+    cr_assert_eq(ring__mod(-9, 4), 3);
+    cr_assert_eq(ring__mod(5, 4), 1);
+}
+
+/* ---- parsing ---------------------------------------------------------------------------- */
+
+Test(param, parse_size)
+{
+    size_t v;
+    cr_assert_eq(ring__parse_size("123", &v), 0);
+    cr_assert_eq(v, 123);
+    cr_assert_eq(ring__parse_size("64K", &v), 0);
+    cr_assert_eq(v, 65536);
+    cr_assert_eq(ring__parse_size("16M", &v), 0);
+    cr_assert_eq(v, 16u << 20);
+    cr_assert_eq(ring__parse_size("1G", &v), 0);
+    cr_assert_eq(v, (size_t)1 << 30);
+    cr_assert_eq(ring__parse_size("2KiB", &v), 0);
+    cr_assert_eq(v, 2048);
+    cr_assert_eq(ring__parse_size("8kb", &v), 0);
+    cr_assert_eq(v, 8192);
+    cr_assert_neq(ring__parse_size("", &v), 0);
+    cr_assert_neq(ring__parse_size("abc", &v), 0);
+    cr_assert_neq(ring__parse_size("-5", &v), 0);
+    cr_assert_neq(ring__parse_size("12X", &v), 0);
+    cr_assert_neq(ring__parse_size("99999999999999999999", &v), 0);
+    cr_assert_neq(ring__parse_size("17179869184G", &v), 0); /* overflows 64 bits */
+}
+
+Test(param, parse_int)
+{
+    long long v;
+    cr_assert_eq(ring__parse_int("42", 0, 100, &v), 0);
+    cr_assert_eq(v, 42);
+    cr_assert_neq(ring__parse_int("101", 0, 100, &v), 0);
+    cr_assert_neq(ring__parse_int("4x", 0, 100, &v), 0);
+    cr_assert_neq(ring__parse_int("", 0, 100, &v), 0);
+    cr_assert_neq(ring__parse_int(NULL, 0, 100, &v), 0);
+}
+
+Test(param, parse_hostport)
+{
+    char h[64], p[16];
+    cr_assert_eq(ring__parse_hostport("127.0.0.1:29500", h, sizeof h, p, sizeof p), 0);
+    cr_assert_str_eq(h, "127.0.0.1");
+    cr_assert_str_eq(p, "29500");
+    cr_assert_eq(ring__parse_hostport("[::1]:80", h, sizeof h, p, sizeof p), 0);
+    cr_assert_str_eq(h, "::1");
+    cr_assert_eq(ring__parse_hostport("node-7.cluster:1", h, sizeof h, p, sizeof p), 0);
+    cr_assert_str_eq(h, "node-7.cluster");
+    cr_assert_neq(ring__parse_hostport("::1:80", h, sizeof h, p, sizeof p), 0);
+    cr_assert_neq(ring__parse_hostport("host", h, sizeof h, p, sizeof p), 0);
+    cr_assert_neq(ring__parse_hostport("host:0", h, sizeof h, p, sizeof p), 0);
+    cr_assert_neq(ring__parse_hostport("host:70000", h, sizeof h, p, sizeof p), 0);
+    cr_assert_neq(ring__parse_hostport(":80", h, sizeof h, p, sizeof p), 0);
+}
+
+Test(param, port_range)
+{
+    int lo, hi;
+    cr_assert_eq(ring__parse_port_range("50000-50100", &lo, &hi), 0);
+    cr_assert_eq(lo, 50000);
+    cr_assert_eq(hi, 50100);
+    cr_assert_neq(ring__parse_port_range("50100-50000", &lo, &hi), 0);
+    cr_assert_neq(ring__parse_port_range("5000", &lo, &hi), 0);
+}
+
+Test(param, secret_hex_and_string)
+{
+    unsigned char a[16], b[16];
+    ring__secret_from_string("00112233445566778899aabbccddeeff", a);
+    cr_assert_eq(a[0], 0x00);
+    cr_assert_eq(a[1], 0x11);
+    cr_assert_eq(a[15], 0xff);
+    ring__secret_from_string("correct horse", a);
+    ring__secret_from_string("correct horsf", b);
+    cr_assert_neq(memcmp(a, b, 16), 0);
+    ring__secret_from_string("correct horse", b);
+    cr_assert_eq(memcmp(a, b, 16), 0);
+}
+
+static void clear_env(void)
+{
+    const char *vars[] = {"RING_RANK", "RING_NRANKS", "RING_ROOT", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                          "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                          "PMI_SIZE", "RING_TIMEOUT_MS", "RING_CHUNK_BYTES", "RING_NSOCKS", "RING_PIPELINE_DEPTH",
+                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+}
+
+Test(param, env_bootstrap_order)
+{
+    ring__env_bootstrap_t eb;
+    clear_env();
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_RANK") != NULL);
+
+    setenv("PMI_RANK", "1", 1);
+    setenv("PMI_SIZE", "3", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG, "PMI without RING_ROOT has no root");
+    setenv("RING_ROOT", "10.0.0.1:5000", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "pmi");
+    cr_assert_eq(eb.rank, 1);
+    cr_assert_eq(eb.nranks, 3);
+
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "openmpi");
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "slurm");
+
+    unsetenv("RING_ROOT");
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("MASTER_ADDR", "node0", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "torchrun");
+    cr_assert_str_eq(eb.root, "node0:29501", "torchrun's store holds MASTER_PORT itself");
+    cr_assert_eq(eb.rank, 3);
+
+    setenv("RING_RANK", "0", 1);
+    setenv("RING_NRANKS", "2", 1);
+    setenv("RING_ROOT", "127.0.0.1:7000", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "RING_*");
+    cr_assert_str_eq(eb.root, "127.0.0.1:7000");
+
+    setenv("RING_RANK", "2", 1); /* out of range for 2 ranks */
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+    clear_env();
+}
+
+Test(param, resolve_env_and_config)
+{
+    ring__params_t p;
+    clear_env();
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.chunk_bytes, RING__DEFAULT_CHUNK_BYTES);
+    cr_assert_eq(p.nsocks, RING__DEFAULT_NSOCKS);
+    cr_assert_eq(p.secret_set, 0);
+
+    setenv("RING_CHUNK_BYTES", "1M", 1);
+    setenv("RING_NSOCKS", "3", 1);
+    setenv("RING_TIMEOUT_MS", "1500", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.chunk_bytes, 1u << 20);
+    cr_assert_eq(p.nsocks, 3);
+    cr_assert_eq(p.timeout_ms, 1500);
+
+    ring_config_t cfg;
+    cr_assert_eq(ring_config_init(&cfg), RING_OK);
+    cr_assert_eq(cfg.nsocks, 3, "config starts from the environment");
+    cfg.nsocks = 5;
+    cfg.secret = "s3cret";
+    cr_assert_eq(ring__params_resolve(&p, &cfg), RING_OK);
+    cr_assert_eq(p.nsocks, 5, "config overrides the environment");
+    cr_assert_eq(p.secret_set, 1);
+
+    cfg.nsocks = 99;
+    cr_assert_eq(ring__params_resolve(&p, &cfg), RING_ERR_INVALID_ARG);
+    cfg.nsocks = 2;
+    cfg.struct_size = 3;
+    cr_assert_eq(ring__params_resolve(&p, &cfg), RING_ERR_INVALID_ARG);
+
+    setenv("RING_NSOCKS", "zero", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_NSOCKS") != NULL);
+    setenv("RING_NSOCKS", "1", 1);
+    setenv("RING_CHUNK_BYTES", "3", 1); /* below the minimum */
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    clear_env();
+}
+
+/* ---- errors ----------------------------------------------------------------------------- */
+
+Test(errors, every_code_has_a_name_and_text)
+{
+    for (int r = RING_OK; r <= RING_ERR_INTERNAL; r++) {
+        const char *s = ring_strerror((ring_result_t)r), *n = ring_result_name((ring_result_t)r);
+        cr_assert(s && *s && strcmp(s, "unknown result code") != 0, "code %d", r);
+        cr_assert(n && strncmp(n, "RING_", 5) == 0, "code %d", r);
+    }
+    cr_assert_str_eq(ring_result_name(RING_ERR_TIMEOUT), "RING_ERR_TIMEOUT");
+    cr_assert_str_eq(ring_strerror((ring_result_t)999), "unknown result code");
+    cr_assert_eq(ring_version(), RING_VERSION_CODE);
+}
+
+Test(errors, dtype_sizes)
+{
+    cr_assert_eq(ring_dtype_size(RING_INT8), 1);
+    cr_assert_eq(ring_dtype_size(RING_BFLOAT16), 2);
+    cr_assert_eq(ring_dtype_size(RING_FLOAT32), 4);
+    cr_assert_eq(ring_dtype_size(RING_UINT64), 8);
+    cr_assert_eq(ring_dtype_size((ring_dtype_t)42), 0);
+}
+
+Test(errors, errno_text_is_kept)
+{
+    ring__seterr_errno(NULL, RING_ERR_SYSTEM, ECONNREFUSED, "connect to %s", "x");
+    cr_assert(strstr(ring_comm_last_error(NULL), "connect to x") != NULL);
+    cr_assert(strstr(ring_comm_last_error(NULL), "refused") != NULL, "got: %s", ring_comm_last_error(NULL));
+}
+
+/* ---- bootstrap wire format ---------------------------------------------------------------- */
+
+Test(bootstrap, hello_roundtrip_and_rejections)
+{
+    uint8_t secret[16], other[16];
+    memset(secret, 7, 16);
+    memset(other, 8, 16);
+    ring__peer_info_t info = {0}, got;
+    info.addr.len = 16;
+    memset(info.addr.data, 0xab, 16);
+    strcpy(info.host, "nodeA");
+    strcpy(info.bootid, "boot-1");
+    info.pid = 1234;
+    unsigned char buf[RING__HELLO_LEN];
+    uint32_t rank, nranks;
+    ring_result_t code;
+    ring__hello_build(buf, secret, 3, 8, &info);
+    cr_assert_null(ring__hello_parse(buf, secret, &rank, &nranks, &got, &code));
+    cr_assert_eq(rank, 3);
+    cr_assert_eq(nranks, 8);
+    cr_assert_str_eq(got.host, "nodeA");
+    cr_assert_eq(got.pid, 1234);
+    cr_assert_eq(memcmp(got.addr.data, info.addr.data, 16), 0);
+
+    cr_assert_not_null(ring__hello_parse(buf, other, &rank, &nranks, &got, &code));
+    cr_assert_eq(code, RING_ERR_AUTH);
+
+    unsigned char bad[RING__HELLO_LEN];
+    memcpy(bad, buf, sizeof bad);
+    bad[0] ^= 1;
+    cr_assert_not_null(ring__hello_parse(bad, secret, &rank, &nranks, &got, &code));
+    cr_assert_eq(code, RING_ERR_PROTOCOL);
+
+    /* An address length beyond the field must be refused, not used to size a copy. */
+    memcpy(bad, buf, sizeof bad);
+    bad[32] = 0xff;
+    bad[33] = 0xff;
+    cr_assert_not_null(ring__hello_parse(bad, secret, &rank, &nranks, &got, &code));
+
+    /* Unterminated strings from the wire come back terminated. */
+    memcpy(bad, buf, sizeof bad);
+    memset(bad + 32 + 132, 'x', RING__HOST_MAX);
+    cr_assert_null(ring__hello_parse(bad, secret, &rank, &nranks, &got, &code));
+    cr_assert_eq(strlen(got.host), RING__HOST_MAX - 1);
+
+    /* Random garbage never parses as valid. */
+    srand(1);
+    for (int t = 0; t < 1000; t++) {
+        for (size_t i = 0; i < sizeof bad; i++) bad[i] = (unsigned char)rand();
+        cr_assert_not_null(ring__hello_parse(bad, secret, &rank, &nranks, &got, &code));
+    }
+}
+
+/* ---- single-rank communicator ------------------------------------------------------------ */
+
+Test(comm, single_rank_runs_every_collective)
+{
+    clear_env();
+    ring_comm_t *c = NULL;
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_eq(ring_comm_rank(c), 0);
+    cr_assert_eq(ring_comm_nranks(c), 1);
+    float in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    cr_assert_eq(ring_allreduce(c, in, out, 5, RING_FLOAT32, RING_AVG), RING_OK);
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    memset(out, 0, sizeof out);
+    cr_assert_eq(ring_reduce_scatter(c, in, out, 5, RING_FLOAT32, RING_SUM), RING_OK);
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    memset(out, 0, sizeof out);
+    cr_assert_eq(ring_allgather(c, in, out, 5, RING_FLOAT32), RING_OK);
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    cr_assert_eq(ring_broadcast(c, in, 5, RING_FLOAT32, 0), RING_OK);
+    cr_assert_eq(ring_barrier(c), RING_OK);
+    ring_request_t *rq = NULL;
+    cr_assert_eq(ring_allreduce_async(c, in, in, 5, RING_FLOAT32, RING_SUM, &rq), RING_OK);
+    int done = 0;
+    for (int i = 0; i < 1000000 && !done; i++) cr_assert_eq(ring_test(rq, &done), RING_OK);
+    cr_assert(done);
+    cr_assert_eq(ring_wait(rq), RING_OK);
+    /* Argument errors leave the communicator usable. */
+    cr_assert_eq(ring_allreduce(c, NULL, out, 5, RING_FLOAT32, RING_SUM), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_allreduce(c, in, out, 5, (ring_dtype_t)77, RING_SUM), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_allreduce(c, in, out, 5, RING_FLOAT32, (ring_op_t)77), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_allreduce(c, in, in + 1, 3, RING_FLOAT32, RING_SUM), RING_ERR_INVALID_ARG, "partial overlap");
+    cr_assert_eq(ring_allreduce(c, in, out, SIZE_MAX / 2, RING_FLOAT32, RING_SUM), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_broadcast(c, in, 5, RING_FLOAT32, 1), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_allreduce(c, in, out, 5, RING_FLOAT32, RING_SUM), RING_OK);
+    /* Abort fails later calls with RING_ERR_ABORTED. */
+    cr_assert_eq(ring_comm_abort(c), RING_OK);
+    cr_assert_eq(ring_allreduce(c, in, out, 5, RING_FLOAT32, RING_SUM), RING_ERR_ABORTED);
+    cr_assert(strstr(ring_comm_last_error(c), "abort") != NULL);
+    cr_assert_eq(ring_comm_destroy(c), RING_OK);
+    cr_assert_eq(ring_comm_destroy(NULL), RING_OK);
+}
+
+Test(comm, init_argument_errors)
+{
+    ring_comm_t *c = (ring_comm_t *)0x1;
+    cr_assert_eq(ring_comm_init(&c, 0, 0, "127.0.0.1:1"), RING_ERR_INVALID_ARG);
+    cr_assert_null(c);
+    cr_assert_eq(ring_comm_init(&c, 2, 2, "127.0.0.1:1"), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_comm_init(&c, 2, 0, NULL), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_comm_init(NULL, 2, 0, "127.0.0.1:1"), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_allreduce(NULL, NULL, NULL, 0, RING_FLOAT32, RING_SUM), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_wait(NULL), RING_ERR_INVALID_ARG);
+}
+
+Test(comm, unreachable_root_fails_with_a_named_address_within_the_timeout)
+{
+    clear_env();
+    setenv("RING_TIMEOUT_MS", "300", 1);
+    ring_comm_t *c = NULL;
+    /* Port 1 on loopback: nobody listens there, so every connect is refused. */
+    ring_result_t r = ring_comm_init(&c, 2, 1, "127.0.0.1:1");
+    cr_assert_eq(r, RING_ERR_CONNECT, "got %s: %s", ring_result_name(r), ring_comm_last_error(c));
+    cr_assert(strstr(ring_comm_last_error(c), "127.0.0.1:1") != NULL, "%s", ring_comm_last_error(c));
+    cr_assert(strstr(ring_comm_last_error(NULL), "127.0.0.1:1") != NULL);
+    cr_assert_eq(ring_allreduce(c, NULL, NULL, 0, RING_FLOAT32, RING_SUM), RING_ERR_CONNECT, "failed comm fails fast");
+    ring_comm_destroy(c);
+    clear_env();
+}
+
+Test(comm, root_waits_then_names_missing_ranks)
+{
+    clear_env();
+    setenv("RING_TIMEOUT_MS", "300", 1);
+    ring_comm_t *c = NULL;
+    ring_result_t r = ring_comm_init(&c, 3, 0, "127.0.0.1:0");
+    /* Port 0 is refused by the address parser: the root must be a real port. */
+    cr_assert_eq(r, RING_ERR_INVALID_ARG);
+    ring_comm_destroy(c);
+    c = NULL;
+    r = ring_comm_init(&c, 3, 0, "127.0.0.1:47391");
+    cr_assert_eq(r, RING_ERR_TIMEOUT, "got %s: %s", ring_result_name(r), ring_comm_last_error(c));
+    cr_assert(strstr(ring_comm_last_error(c), "missing rank(s) 1, 2") != NULL, "%s", ring_comm_last_error(c));
+    ring_comm_destroy(c);
+    clear_env();
+}
+
+/* ---- two ranks inside one process ---------------------------------------------------------
+ * Each rank is its own communicator on its own thread: real sockets on loopback, and the
+ * harness can observe both sides without processes. */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+typedef struct pair_arg {
+    int rank;
+    char root[64];
+    ring_comm_t *comm;
+    ring_result_t rc;
+} pair_arg;
+
+static void *init_thread(void *p)
+{
+    pair_arg *a = p;
+    a->rc = ring_comm_init(&a->comm, 2, a->rank, a->root);
+    return NULL;
+}
+
+static void init_pair(ring_comm_t **c0, ring_comm_t **c1)
+{
+    pair_arg a[2];
+    pthread_t t[2];
+    int port = free_port();
+    for (int r = 0; r < 2; r++) {
+        a[r] = (pair_arg){.rank = r};
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+        pthread_create(&t[r], NULL, init_thread, &a[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    cr_assert_eq(a[0].rc, RING_OK, "rank 0: %s", ring_comm_last_error(a[0].comm));
+    cr_assert_eq(a[1].rc, RING_OK, "rank 1: %s", ring_comm_last_error(a[1].comm));
+    *c0 = a[0].comm;
+    *c1 = a[1].comm;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+typedef struct coll_arg {
+    ring_comm_t *comm;
+    size_t count;
+    float *buf;
+    ring_result_t rc;
+    double t_end;
+} coll_arg;
+
+static void *allreduce_thread(void *p)
+{
+    coll_arg *a = p;
+    a->rc = ring_allreduce(a->comm, a->buf, a->buf, a->count, RING_FLOAT32, RING_SUM);
+    a->t_end = now_ms();
+    return NULL;
+}
+
+Test(pair, allreduce_between_two_threads)
+{
+    clear_env();
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    float b0[1000], b1[1000];
+    for (int i = 0; i < 1000; i++) b0[i] = (float)i, b1[i] = (float)(2 * i);
+    coll_arg a0 = {.comm = c0, .count = 1000, .buf = b0}, a1 = {.comm = c1, .count = 1000, .buf = b1};
+    pthread_t t0, t1;
+    pthread_create(&t0, NULL, allreduce_thread, &a0);
+    pthread_create(&t1, NULL, allreduce_thread, &a1);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    cr_assert_eq(a0.rc, RING_OK, "%s", ring_comm_last_error(c0));
+    cr_assert_eq(a1.rc, RING_OK, "%s", ring_comm_last_error(c1));
+    for (int i = 0; i < 1000; i++) cr_assert(b0[i] == 3.0f * i && b1[i] == 3.0f * i, "element %d", i);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+}
+
+Test(pair, abort_from_another_thread_unblocks_the_call)
+{
+    clear_env();
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    float buf[16] = {0};
+    coll_arg a = {.comm = c0, .count = 16, .buf = buf};
+    pthread_t t;
+    pthread_create(&t, NULL, allreduce_thread, &a); /* rank 1 never joins this allreduce */
+    usleep(200 * 1000);
+    double t_abort = now_ms();
+    cr_assert_eq(ring_comm_abort(c0), RING_OK);
+    pthread_join(t, NULL);
+    cr_assert_eq(a.rc, RING_ERR_ABORTED, "got %s", ring_result_name(a.rc));
+    double waited = a.t_end - t_abort;
+    cr_log_info("abort unblocked the call in %.1f ms", waited);
+    cr_assert(waited < 1000, "abort took %.1f ms", waited);
+    /* Later calls fail at once with the first error; async ones too. */
+    cr_assert_eq(ring_barrier(c0), RING_ERR_ABORTED);
+    ring_request_t *rq = NULL;
+    cr_assert_eq(ring_barrier_async(c0, &rq), RING_ERR_ABORTED);
+    cr_assert_null(rq);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+}
+
+Test(pair, timeout_names_the_peer)
+{
+    clear_env();
+    setenv("RING_TIMEOUT_MS", "2000", 1);
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    float buf[16] = {0};
+    /* Only rank 0 calls: it must give up after the timeout and say whom it waited for. */
+    ring_comm_t *c = c0;
+    ring_result_t r = ring_allreduce(c, buf, buf, 16, RING_FLOAT32, RING_SUM);
+    cr_assert_eq(r, RING_ERR_TIMEOUT, "got %s", ring_result_name(r));
+    const char *m = ring_comm_last_error(c);
+    cr_assert(strstr(m, "allreduce #0") && strstr(m, "rank 1"), "message: %s", m);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+    clear_env();
+}
+
+Test(pair, mismatched_counts_fail_on_both_ranks_with_both_sides)
+{
+    clear_env();
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    float b0[64] = {0}, b1[64] = {0};
+    coll_arg a0 = {.comm = c0, .count = 10, .buf = b0}, a1 = {.comm = c1, .count = 20, .buf = b1};
+    pthread_t t0, t1;
+    pthread_create(&t0, NULL, allreduce_thread, &a0);
+    pthread_create(&t1, NULL, allreduce_thread, &a1);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    cr_assert_eq(a0.rc, RING_ERR_MISMATCH, "rank 0 got %s: %s", ring_result_name(a0.rc), ring_comm_last_error(c0));
+    cr_assert_eq(a1.rc, RING_ERR_MISMATCH, "rank 1 got %s: %s", ring_result_name(a1.rc), ring_comm_last_error(c1));
+    const char *m = ring_comm_last_error(c1);
+    cr_assert(strstr(m, "count=20") && strstr(m, "count=10"), "message shows both sides: %s", m);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+}
+
+static void *barrier_loop(void *p)
+{
+    coll_arg *a = p;
+    a->rc = RING_OK;
+    for (int i = 0; i < 200 && a->rc == RING_OK; i++) {
+        ring_request_t *rq[3];
+        a->rc = ring_allreduce_async(a->comm, a->buf, a->buf, a->count, RING_FLOAT32, RING_MAX, &rq[0]);
+        if (a->rc == RING_OK) a->rc = ring_barrier_async(a->comm, &rq[1]);
+        if (a->rc == RING_OK) a->rc = ring_broadcast_async(a->comm, a->buf, a->count, RING_FLOAT32, i % 2, &rq[2]);
+        /* A blocking call issued while async ones are queued must run after them. */
+        if (a->rc == RING_OK) a->rc = ring_allreduce(a->comm, a->buf, a->buf, a->count, RING_FLOAT32, RING_MIN);
+        for (int k = 0; k < 3; k++) {
+            ring_result_t w = ring_wait(rq[k]);
+            if (a->rc == RING_OK) a->rc = w;
+        }
+    }
+    return NULL;
+}
+
+Test(pair, async_and_blocking_calls_keep_issue_order)
+{
+    clear_env();
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    float b0[300], b1[300];
+    for (int i = 0; i < 300; i++) b0[i] = b1[i] = (float)i;
+    coll_arg a0 = {.comm = c0, .count = 300, .buf = b0}, a1 = {.comm = c1, .count = 300, .buf = b1};
+    pthread_t t0, t1;
+    pthread_create(&t0, NULL, barrier_loop, &a0);
+    pthread_create(&t1, NULL, barrier_loop, &a1);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    cr_assert_eq(a0.rc, RING_OK, "%s", ring_comm_last_error(c0));
+    cr_assert_eq(a1.rc, RING_OK, "%s", ring_comm_last_error(c1));
+    for (int i = 0; i < 300; i++) cr_assert(b0[i] == (float)i && b1[i] == (float)i);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+}
+
+Test(pair, stranger_on_the_root_port_does_not_break_init)
+{
+    clear_env();
+    int port = free_port();
+    pair_arg a[2];
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        a[r] = (pair_arg){.rank = r};
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+    }
+    pthread_create(&t[0], NULL, init_thread, &a[0]);
+    /* A stranger connects first, sends garbage and stays; another connects and says nothing. */
+    int s1 = -1, s2 = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 200 && s1 < 0; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) s1 = fd;
+        else { close(fd); usleep(10000); }
+    }
+    cr_assert(s1 >= 0, "root never listened");
+    char junk[300];
+    memset(junk, 'A', sizeof junk);
+    cr_assert_eq(write(s1, junk, sizeof junk), (ssize_t)sizeof junk);
+    s2 = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_eq(connect(s2, (struct sockaddr *)&sa, sizeof sa), 0);
+    pthread_create(&t[1], NULL, init_thread, &a[1]);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    cr_assert_eq(a[0].rc, RING_OK, "%s", ring_comm_last_error(a[0].comm));
+    cr_assert_eq(a[1].rc, RING_OK, "%s", ring_comm_last_error(a[1].comm));
+    close(s1);
+    close(s2);
+    ring_comm_destroy(a[0].comm);
+    ring_comm_destroy(a[1].comm);
+}

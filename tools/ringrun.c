@@ -1,0 +1,769 @@
+/* ringrun: start N local ranks of a program with the RING_* bootstrap environment, prefix their
+ * output lines with "[rank] ", and tear the whole job down when one rank fails, on a timeout, or
+ * on Ctrl-C.
+ *
+ *   ringrun -n N [--host H] [--port P] [--no-prefix] [--timeout SEC] [-x NAME=VALUE]... [--] prog args...
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <sys/random.h>
+#endif
+
+#define MAX_RANKS 65536
+#define READ_CHUNK 65536
+/* A line longer than this is written out in pieces; the rank then owns the stream until its
+ * newline, so other ranks' lines still never land inside it and memory stays bounded. */
+#define LINE_FLUSH_LIMIT (1u << 20)
+#define KILL_GRACE_S 2.0
+/* How long to keep reading after every rank has exited: a background grandchild can hold a pipe
+ * open forever, and that must not keep ringrun alive. */
+#define DRAIN_S 1.0
+#define OUT_IOV 256
+
+enum { S_OUT = 0, S_ERR = 1 };
+enum cause { C_NONE, C_RANK, C_TIMEOUT, C_SIGNAL };
+
+struct obuf {
+    char *data;
+    size_t start, len, cap;
+    int fd; /* read end, -1 once closed */
+    bool eof;
+    bool midline; /* part of the current line (with its prefix) is already written */
+};
+
+struct rank {
+    pid_t pid;
+    bool running;
+    char prefix[24];
+    size_t prefix_len;
+    struct obuf b[2];
+};
+
+static struct rank *ranks;
+static int nranks;
+static bool use_prefix = true;
+static int owner[2] = {-1, -1};
+static bool out_broken[2];
+static struct iovec outq[2][OUT_IOV];
+static int outq_n[2];
+static int nopen; /* pipe read ends still open */
+static int nrunning;
+
+static int sig_pipe[2] = {-1, -1};
+static const int fwd_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+static bool sig_installed[NSIG];
+static struct sigaction orig_sigpipe;
+static sigset_t orig_mask;
+static struct rlimit orig_nofile;
+static bool nofile_raised;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("ringrun: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: ringrun -n N [options] [--] program [args...]\n"
+          "Start N local ranks of program with RING_RANK, RING_NRANKS, RING_ROOT, RING_SECRET,\n"
+          "RING_LOCAL_RANK and RING_LOCAL_SIZE set.\n"
+          "  -n N             number of ranks\n"
+          "  --host H         root host for RING_ROOT (default 127.0.0.1)\n"
+          "  --port P         root port (default: a free port on H)\n"
+          "  --no-prefix      do not prefix output lines with \"[rank] \"\n"
+          "  --timeout SEC    kill all ranks and fail after SEC seconds\n"
+          "  -x NAME=VALUE    extra environment variable for the ranks (repeatable)\n"
+          "  -h, --help       show this help\n"
+          "RING_SECRET is kept from ringrun's environment when set, else freshly generated.\n"
+          "Exit status: 0 if every rank exits 0; else the first failing rank's status\n"
+          "(128+signal if it was killed), 124 on timeout.\n",
+          f);
+}
+
+/* ---------- output ---------- */
+
+/* Writes everything, so that a slow reader of our stdout throttles the ranks instead of losing lines. */
+static void writev_all(int s, struct iovec *iov, int n)
+{
+    int fd = s == S_OUT ? STDOUT_FILENO : STDERR_FILENO;
+    while (n > 0 && !out_broken[s]) {
+        ssize_t w = writev(fd, iov, n > IOV_MAX ? IOV_MAX : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                (void)poll(&p, 1, -1);
+                continue;
+            }
+            /* Our reader went away (EPIPE): keep draining the ranks so they do not block. */
+            out_broken[s] = true;
+            return;
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+}
+
+static void out_flush(int s)
+{
+    writev_all(s, outq[s], outq_n[s]);
+    outq_n[s] = 0;
+}
+
+static void out_add(int s, const void *p, size_t len)
+{
+    if (!len) return;
+    if (outq_n[s] == OUT_IOV) out_flush(s);
+    outq[s][outq_n[s]++] = (struct iovec){.iov_base = (void *)p, .iov_len = len};
+}
+
+static void out_piece(struct rank *rk, int s, const char *p, size_t len, bool newline)
+{
+    struct obuf *b = &rk->b[s];
+    if (use_prefix && !b->midline) out_add(s, rk->prefix, rk->prefix_len);
+    out_add(s, p, len);
+    if (newline) out_add(s, "\n", 1);
+}
+
+/* Writes the complete lines rank r has buffered on stream s, and its partial line if it is too long
+ * or the stream has ended; returns without writing while another rank owns the stream. */
+static void emit_rank(int r, int s)
+{
+    struct rank *rk = &ranks[r];
+    struct obuf *b = &rk->b[s];
+    if (owner[s] >= 0 && owner[s] != r) return;
+    while (b->len > 0) {
+        char *p = b->data + b->start;
+        char *nl = memchr(p, '\n', b->len);
+        if (nl) {
+            size_t n = (size_t)(nl - p) + 1;
+            out_piece(rk, s, p, n, false);
+            b->start += n;
+            b->len -= n;
+            b->midline = false;
+            owner[s] = -1;
+            continue;
+        }
+        if (b->len < LINE_FLUSH_LIMIT && !b->eof) break;
+        out_piece(rk, s, p, b->len, false);
+        b->start += b->len;
+        b->len = 0;
+        b->midline = true;
+        owner[s] = r;
+    }
+    if (b->eof && b->midline) {
+        /* Terminate the unfinished last line so the next rank's prefix starts a line of its own. */
+        out_add(s, "\n", 1);
+        b->midline = false;
+        owner[s] = -1;
+    }
+    if (b->len == 0) b->start = 0;
+}
+
+static void pump(int s)
+{
+    if (owner[s] >= 0) emit_rank(owner[s], s);
+    for (int r = 0; r < nranks && owner[s] < 0; r++) emit_rank(r, s);
+    /* Flush before returning: the queued iovecs point into rank buffers that a later read may move. */
+    out_flush(s);
+}
+
+/* ringrun's own messages must not land inside a rank's long line, so end that line first; the
+ * rank's remainder then gets a fresh prefix. */
+static void msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void msg(const char *fmt, ...)
+{
+    char line[512];
+    int o = owner[S_ERR];
+    if (o >= 0) {
+        out_add(S_ERR, "\n", 1);
+        out_flush(S_ERR);
+        ranks[o].b[S_ERR].midline = false;
+        owner[S_ERR] = -1;
+    }
+    int n = snprintf(line, sizeof line, "ringrun: ");
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    struct iovec iov = {.iov_base = line, .iov_len = (size_t)n};
+    writev_all(S_ERR, &iov, 1);
+    if (o >= 0) pump(S_ERR);
+}
+
+static void close_stream(struct obuf *b)
+{
+    if (b->fd >= 0) {
+        close(b->fd);
+        b->fd = -1;
+        nopen--;
+    }
+    b->eof = true;
+}
+
+static void read_stream(int r, int s)
+{
+    struct obuf *b = &ranks[r].b[s];
+    if (b->cap - (b->start + b->len) < READ_CHUNK) {
+        if (b->start > 0 && b->start >= b->len) {
+            memmove(b->data, b->data + b->start, b->len);
+            b->start = 0;
+        }
+        if (b->cap - (b->start + b->len) < READ_CHUNK) {
+            size_t ncap = b->cap ? b->cap * 2 : 2 * READ_CHUNK;
+            while (ncap - (b->start + b->len) < READ_CHUNK) ncap *= 2;
+            char *nd = realloc(b->data, ncap);
+            if (!nd) die("out of memory buffering rank %d output", r);
+            b->data = nd;
+            b->cap = ncap;
+        }
+    }
+    ssize_t n = read(b->fd, b->data + b->start + b->len, b->cap - (b->start + b->len));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+        close_stream(b);
+    } else {
+        b->len += (size_t)n;
+    }
+    pump(s);
+}
+
+/* ---------- signals ---------- */
+
+static const char *sig_name(int sig)
+{
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return strsignal(sig);
+    }
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)sig;
+    /* A full self-pipe already wakes the loop; dropping a byte then loses nothing that matters. */
+    ssize_t w = write(sig_pipe[1], &c, 1);
+    (void)w;
+    errno = saved;
+}
+
+static void install_signals(void)
+{
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe: %s", strerror(errno));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) {
+        struct sigaction old;
+        sigaction(fwd_sigs[i], NULL, &old);
+        /* Honour nohup and background shells: a signal ignored at startup stays ignored, for the ranks too. */
+        if (old.sa_handler == SIG_IGN) continue;
+        sigaction(fwd_sigs[i], &sa, NULL);
+        sig_installed[fwd_sigs[i]] = true;
+    }
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    sig_installed[SIGCHLD] = true;
+
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &orig_sigpipe);
+
+    sigprocmask(SIG_SETMASK, NULL, &orig_mask);
+    sigset_t un;
+    sigemptyset(&un);
+    sigaddset(&un, SIGCHLD);
+    for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) sigaddset(&un, fwd_sigs[i]);
+    sigprocmask(SIG_UNBLOCK, &un, NULL);
+}
+
+/* ---------- setup ---------- */
+
+static void make_secret(char out[33])
+{
+    unsigned char raw[16];
+    size_t got = 0;
+#ifdef __linux__
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        got += (size_t)n;
+    }
+#endif
+    if (got < sizeof raw) {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) die("cannot open /dev/urandom: %s", strerror(errno));
+        got = 0;
+        while (got < sizeof raw) {
+            ssize_t n = read(fd, raw + got, sizeof raw - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) die("cannot read /dev/urandom");
+            got += (size_t)n;
+        }
+        close(fd);
+    }
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* The port is free only until someone else takes it; rank 0 binds it moments later, which is the
+ * same race every launcher that picks ports this way accepts. */
+static int pick_port(const char *host)
+{
+    struct addrinfo hints, *res, *ai;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    int rc = getaddrinfo(host, "0", &hints, &res);
+    if (rc != 0) die("cannot resolve --host %s: %s", host, gai_strerror(rc));
+    int port = -1, err = 0;
+    for (ai = res; ai && port < 0; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+            if (ss.ss_family == AF_INET)
+                port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            else if (ss.ss_family == AF_INET6)
+                port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        } else {
+            err = errno;
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    if (port <= 0) die("cannot pick a free port on %s: %s (pass --port)", host, strerror(err ? err : EADDRNOTAVAIL));
+    return port;
+}
+
+static long parse_long(const char *s, const char *what, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) die("%s: '%s' is not an integer in [%ld, %ld]", what, s, lo, hi);
+    return v;
+}
+
+/* A launcher started with a closed stdio fd would hand that number to a pipe, and the dup2 into
+ * the rank's stdio would then clobber it. */
+static void ensure_stdio(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1) continue;
+        int nf = open("/dev/null", O_RDWR);
+        if (nf >= 0 && nf != fd) close(nf);
+    }
+}
+
+/* Two pipes per rank: large jobs exceed the usual soft limit of 1024 descriptors. */
+static void raise_nofile(void)
+{
+    if (getrlimit(RLIMIT_NOFILE, &orig_nofile) != 0) return;
+    rlim_t want = (rlim_t)nranks * 4 + 64;
+    if (orig_nofile.rlim_cur == RLIM_INFINITY || orig_nofile.rlim_cur >= want) return;
+    struct rlimit nl = orig_nofile;
+    nl.rlim_cur = (orig_nofile.rlim_max == RLIM_INFINITY || orig_nofile.rlim_max > want) ? want : orig_nofile.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &nl) == 0) nofile_raised = true;
+}
+
+/* ---------- ranks ---------- */
+
+struct launch {
+    char **argv;
+    char **xenv;
+    int nxenv;
+    const char *root;
+    const char *secret;
+    int devnull;
+};
+
+static void set_env_int(const char *name, long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%ld", v);
+    setenv(name, buf, 1);
+}
+
+static void __attribute__((noreturn)) child_exec(const struct launch *L, int r, int out_w, int err_w, pid_t parent)
+{
+    /* The rank gets the signal state ringrun itself started with, not ringrun's handlers. */
+    for (int s = 1; s < NSIG; s++)
+        if (sig_installed[s]) signal(s, SIG_DFL);
+    sigaction(SIGPIPE, &orig_sigpipe, NULL);
+    if (nofile_raised) setrlimit(RLIMIT_NOFILE, &orig_nofile);
+#ifdef __linux__
+    /* ringrun killed with SIGKILL cannot tear the job down itself; without this the ranks would
+     * linger holding ports and GPUs. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+#else
+    (void)parent;
+#endif
+    sigprocmask(SIG_SETMASK, &orig_mask, NULL);
+
+    /* Only rank 0 gets the terminal's stdin: several ranks reading one tty would steal each
+     * other's input. */
+    if ((r != 0 && dup2(L->devnull, STDIN_FILENO) < 0) || dup2(out_w, STDOUT_FILENO) < 0 ||
+        dup2(err_w, STDERR_FILENO) < 0)
+        _exit(127);
+
+    set_env_int("RING_RANK", r);
+    set_env_int("RING_NRANKS", nranks);
+    set_env_int("RING_LOCAL_RANK", r);
+    set_env_int("RING_LOCAL_SIZE", nranks);
+    setenv("RING_ROOT", L->root, 1);
+    setenv("RING_SECRET", L->secret, 1);
+    /* -x comes last so an explicit request wins over ringrun's defaults. */
+    for (int i = 0; i < L->nxenv; i++) putenv(L->xenv[i]);
+
+    execvp(L->argv[0], L->argv);
+    int e = errno;
+    dprintf(STDERR_FILENO, "ringrun: cannot execute '%s': %s\n", L->argv[0], strerror(e));
+    _exit(e == ENOENT ? 127 : 126);
+}
+
+static void signal_running(int sig)
+{
+    for (int r = 0; r < nranks; r++)
+        if (ranks[r].running) kill(ranks[r].pid, sig);
+}
+
+static void spawn_all(const struct launch *L)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pid_t self = getpid();
+    for (int r = 0; r < nranks; r++) {
+        struct rank *rk = &ranks[r];
+        int po[2], pe[2];
+        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
+            msg("pipe for rank %d: %s", r, strerror(errno));
+            signal_running(SIGKILL);
+            exit(1);
+        }
+        /* Blocked across fork so that a signal landing before exec cannot run our handler in the
+         * child and write into our self-pipe. */
+        sigprocmask(SIG_BLOCK, &all, &old);
+        pid_t pid = fork();
+        if (pid == 0) child_exec(L, r, po[1], pe[1], self);
+        int fork_err = errno;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(po[1]);
+        close(pe[1]);
+        if (pid < 0) {
+            close(po[0]);
+            close(pe[0]);
+            msg("fork for rank %d: %s", r, strerror(fork_err));
+            signal_running(SIGKILL);
+            exit(1);
+        }
+        rk->pid = pid;
+        rk->running = true;
+        nrunning++;
+        rk->b[S_OUT].fd = po[0];
+        rk->b[S_ERR].fd = pe[0];
+        fcntl(po[0], F_SETFL, fcntl(po[0], F_GETFL) | O_NONBLOCK);
+        fcntl(pe[0], F_SETFL, fcntl(pe[0], F_GETFL) | O_NONBLOCK);
+        nopen += 2;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *host = "127.0.0.1";
+    long port = 0;
+    double timeout = 0;
+    char **xenv = calloc((size_t)argc + 1, sizeof *xenv);
+    int nxenv = 0;
+    if (!xenv) die("out of memory");
+    nranks = 0;
+
+    static const struct option longopts[] = {
+        {"host", required_argument, NULL, 'H'},   {"port", required_argument, NULL, 'P'},
+        {"no-prefix", no_argument, NULL, 'N'},    {"timeout", required_argument, NULL, 'T'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    int c;
+    /* '+' stops at the program name, so the program's own options are left alone. */
+    while ((c = getopt_long(argc, argv, "+n:x:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n': nranks = (int)parse_long(optarg, "-n", 1, MAX_RANKS); break;
+        case 'H':
+            if (!*optarg) die("--host: empty host");
+            host = optarg;
+            break;
+        case 'P': port = parse_long(optarg, "--port", 1, 65535); break;
+        case 'N': use_prefix = false; break;
+        case 'T': {
+            char *end;
+            errno = 0;
+            timeout = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(timeout > 0) || timeout > 1e9)
+                die("--timeout: '%s' is not a positive number of seconds", optarg);
+            break;
+        }
+        case 'x': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg) die("-x: expected NAME=VALUE, got '%s'", optarg);
+            xenv[nxenv++] = optarg;
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            free(xenv);
+            return 0;
+        default:
+            usage(stderr);
+            free(xenv);
+            return 2;
+        }
+    }
+    if (nranks <= 0) {
+        fputs("ringrun: -n N is required\n", stderr);
+        usage(stderr);
+        free(xenv);
+        return 2;
+    }
+    if (optind >= argc) {
+        fputs("ringrun: no program given\n", stderr);
+        usage(stderr);
+        free(xenv);
+        return 2;
+    }
+
+    ensure_stdio();
+
+    /* Brackets belong to RING_ROOT's syntax, not to the address that bind() sees. */
+    char hostbuf[256];
+    size_t hl = strlen(host);
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        if (hl - 2 >= sizeof hostbuf) die("--host: too long");
+        memcpy(hostbuf, host + 1, hl - 2);
+        hostbuf[hl - 2] = '\0';
+    } else {
+        if (hl >= sizeof hostbuf) die("--host: too long");
+        memcpy(hostbuf, host, hl + 1);
+    }
+    if (!port) port = pick_port(hostbuf);
+    char root[300];
+    snprintf(root, sizeof root, strchr(hostbuf, ':') ? "[%s]:%ld" : "%s:%ld", hostbuf, port);
+
+    char secret_buf[33];
+    const char *secret = getenv("RING_SECRET");
+    if (!secret || !*secret) {
+        make_secret(secret_buf);
+        secret = secret_buf;
+    }
+
+    ranks = calloc((size_t)nranks, sizeof *ranks);
+    if (!ranks) die("out of memory");
+    for (int r = 0; r < nranks; r++) {
+        snprintf(ranks[r].prefix, sizeof ranks[r].prefix, "[%d] ", r);
+        ranks[r].prefix_len = strlen(ranks[r].prefix);
+        ranks[r].b[S_OUT].fd = ranks[r].b[S_ERR].fd = -1;
+    }
+
+    raise_nofile();
+    install_signals();
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0) die("cannot open /dev/null: %s", strerror(errno));
+
+    struct launch L = {.argv = argv + optind, .xenv = xenv, .nxenv = nxenv, .root = root, .secret = secret,
+                       .devnull = devnull};
+    spawn_all(&L);
+    close(devnull);
+
+    struct pollfd *pfd = calloc((size_t)nranks * 2 + 1, sizeof *pfd);
+    int *pfd_rs = calloc((size_t)nranks * 2 + 1, sizeof *pfd_rs);
+    if (!pfd || !pfd_rs) die("out of memory");
+
+    enum cause cause = C_NONE;
+    int exit_code = 0, cause_sig = 0, nsig = 0;
+    double t0 = now_s();
+    double t_timeout = timeout > 0 ? t0 + timeout : 0;
+    double t_kill = 0, t_drain = 0;
+
+    while (nrunning > 0 || nopen > 0) {
+        /* Reap first and unconditionally: the SIGCHLD byte is only a wake-up, one may stand for many exits. */
+        int st;
+        pid_t pid;
+        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+            int r;
+            for (r = 0; r < nranks && ranks[r].pid != pid; r++) {}
+            if (r == nranks || !ranks[r].running) continue;
+            ranks[r].running = false;
+            nrunning--;
+            bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+            if (ok || cause != C_NONE) continue; /* failures after teardown began are its consequences */
+            cause = C_RANK;
+            if (WIFEXITED(st)) {
+                exit_code = WEXITSTATUS(st);
+                msg("rank %d exited with status %d", r, exit_code);
+            } else {
+                exit_code = 128 + WTERMSIG(st);
+                msg("rank %d killed by signal %d (%s)", r, WTERMSIG(st), strsignal(WTERMSIG(st)));
+            }
+            signal_running(SIGTERM);
+            t_kill = now_s() + KILL_GRACE_S;
+        }
+
+        double now = now_s();
+        if (t_timeout && now >= t_timeout) {
+            t_timeout = 0;
+            /* Ranks that all finished in time are not a timeout, even if a leftover grandchild still holds a pipe. */
+            if (cause == C_NONE && nrunning > 0) {
+                cause = C_TIMEOUT;
+                msg("timeout after %g s; terminating %d running rank%s", timeout, nrunning, nrunning == 1 ? "" : "s");
+                signal_running(SIGTERM);
+                t_kill = now + KILL_GRACE_S;
+            }
+        }
+        if (t_kill && now >= t_kill) {
+            t_kill = 0;
+            signal_running(SIGKILL);
+        }
+        if (nrunning == 0) {
+            if (!t_drain) t_drain = now + DRAIN_S;
+            if (now >= t_drain) break;
+        }
+
+        double next = 0;
+        if (t_timeout) next = t_timeout;
+        if (t_kill && (!next || t_kill < next)) next = t_kill;
+        if (t_drain && (!next || t_drain < next)) next = t_drain;
+        int wait_ms = -1;
+        if (next) {
+            double d = (next - now) * 1000.0 + 1.0;
+            wait_ms = d < 0 ? 0 : d > INT_MAX ? INT_MAX : (int)d;
+        }
+
+        int np = 0;
+        pfd[np] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
+        pfd_rs[np++] = -1;
+        for (int r = 0; r < nranks; r++)
+            for (int s = 0; s < 2; s++)
+                if (ranks[r].b[s].fd >= 0) {
+                    pfd[np] = (struct pollfd){.fd = ranks[r].b[s].fd, .events = POLLIN};
+                    pfd_rs[np++] = r * 2 + s;
+                }
+        int pr = poll(pfd, (nfds_t)np, wait_ms);
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            die("poll: %s", strerror(errno));
+        }
+        if (pfd[0].revents & POLLIN) {
+            unsigned char sigs[64];
+            ssize_t n;
+            while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0) {
+                for (ssize_t i = 0; i < n; i++) {
+                    int sig = sigs[i];
+                    if (sig == SIGCHLD) continue;
+                    if (++nsig == 1) {
+                        if (cause == C_NONE) {
+                            cause = C_SIGNAL;
+                            cause_sig = sig;
+                        }
+                        msg("got %s; forwarding it to the ranks (send again to kill them)", sig_name(sig));
+                        signal_running(sig);
+                    } else {
+                        signal_running(SIGKILL);
+                    }
+                }
+            }
+        }
+        for (int i = 1; i < np; i++)
+            if (pfd[i].revents) read_stream(pfd_rs[i] / 2, pfd_rs[i] % 2);
+    }
+
+    for (int r = 0; r < nranks; r++)
+        for (int s = 0; s < 2; s++) close_stream(&ranks[r].b[s]);
+    pump(S_OUT);
+    pump(S_ERR);
+    for (int r = 0; r < nranks; r++) {
+        free(ranks[r].b[S_OUT].data);
+        free(ranks[r].b[S_ERR].data);
+    }
+    free(ranks);
+    free(pfd);
+    free(pfd_rs);
+    free(xenv);
+
+    switch (cause) {
+    case C_NONE: return 0;
+    case C_RANK: return exit_code;
+    case C_TIMEOUT: return 124;
+    case C_SIGNAL:
+        /* Dying by the same signal lets a calling shell see the interrupt (and stop its loop). */
+        fflush(NULL);
+        signal(cause_sig, SIG_DFL);
+        {
+            sigset_t u;
+            sigemptyset(&u);
+            sigaddset(&u, cause_sig);
+            sigprocmask(SIG_UNBLOCK, &u, NULL);
+        }
+        raise(cause_sig);
+        return 128 + cause_sig;
+    }
+    return 1;
+}
