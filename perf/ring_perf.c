@@ -109,8 +109,12 @@ static void usage(FILE *f, const char *argv0)
 
 static void bad_arg(const char *argv0, const char *msg, const char *val)
 {
-    fprintf(stderr, "ring_perf: %s: '%s'\n", msg, val);
-    usage(stderr, argv0);
+    /* Before init the rank is only known from the launcher: let one rank print the usage. */
+    const char *r = getenv("RING_RANK");
+    if (!r || strcmp(r, "0") == 0) {
+        fprintf(stderr, "ring_perf: %s: '%s'\n", msg, val);
+        usage(stderr, argv0);
+    }
     exit(2);
 }
 
@@ -570,7 +574,7 @@ static void print_row(const opts_t *o, size_t bytes, size_t count, const char *t
                       double us, double algbw, double busbw, long long wrong)
 {
     if (o->csv)
-        printf("%s,%d,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%lld\n", coll_names[o->coll], g_nranks, bytes, count, type,
+        printf("%s,%d,%zu,%zu,%s,%s,%d,%d,%.3f,%.6f,%.6f,%lld\n", coll_names[o->coll], g_nranks, bytes, count, type,
                redop, root, o->inplace, us, algbw, busbw, wrong);
     else
         printf("  %10zu  %12zu  %8s  %6s  %6d  %10.2f  %8.3f  %8.3f  %6lld\n", bytes, count, type, redop, root, us,

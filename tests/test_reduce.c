@@ -195,8 +195,9 @@ static uint64_t ref_float(ring_dtype_t t, ring_op_t op, int nranks, uint64_t a, 
     case RING_PROD: r = wide ? x * y : (float)(x * y); break;
     case RING_MIN:
     case RING_MAX: {
-        /* b < a ? b : a: NaN in either makes the comparison false and yields a. */
-        int take_b = op == RING_MIN ? y < x : y > x;
+        /* NaN in either operand propagates: a NaN a fails every comparison and is kept; a
+         * NaN b is taken explicitly. */
+        int take_b = (op == RING_MIN ? y < x : y > x) || isnan(y);
         if (t == RING_FLOAT32 || t == RING_FLOAT64) return take_b ? b : a; /* a pure select */
         r = take_b ? y : x;
         break;
@@ -278,7 +279,8 @@ static uint64_t rnd_elem(ring_dtype_t t)
                                       0x7f7fffff, 0xff7fffff, 0x00800000, 0x3f800000};
         if (kind < 4) return sp[r % 12];
         if (kind < 12) return (uint32_t)r;
-        return (0x3f800000u - 0x00400000u + (uint32_t)(r % 0x00800000u)) | (uint32_t)(r >> 32 & 1) << 31;
+        uint32_t sign = (uint32_t)(r >> 32 & 1) << 31;
+        return (0x3f800000u - 0x00400000u + (uint32_t)(r % 0x00800000u)) | sign;
     }
     case RING_FLOAT64: {
         static const uint64_t sp[] = {0, 0x8000000000000000ull, 0x7ff0000000000000ull,
@@ -511,7 +513,7 @@ Test(reduce_fp16, min_max_nan_and_zero)
     EXPECT(RING_FLOAT16, RING_MIN, 0, H(0xc000), H(0x3c00), H(0xc000)); /* -2 vs 1 */
     EXPECT(RING_FLOAT16, RING_MAX, 0, H(0xc000), H(0x3c00), H(0x3c00));
     EXPECT(RING_FLOAT16, RING_MIN, 0, H(0x7e00), H(0x3c00), H(0x7e00)); /* NaN in a wins */
-    EXPECT(RING_FLOAT16, RING_MIN, 0, H(0x3c00), H(0x7e00), H(0x3c00)); /* NaN in b ignored */
+    EXPECT(RING_FLOAT16, RING_MIN, 0, H(0x3c00), H(0x7e00), H(0x7e00)); /* NaN in b too */
     EXPECT(RING_FLOAT16, RING_MAX, 0, H(0x7c01), H(0x3c00), H(0x7e01)); /* comes back quiet */
     EXPECT(RING_FLOAT16, RING_MIN, 0, H(0x0000), H(0x8000), H(0x0000)); /* zeros: a's */
     EXPECT(RING_FLOAT16, RING_MAX, 0, H(0x8000), H(0x0000), H(0x8000));
@@ -551,7 +553,7 @@ Test(reduce_bf16, round_to_nearest_even)
     EXPECT(RING_BFLOAT16, RING_SUM, 0, H(0x7f81), H(0x3f80), H(0x7fc1));
     EXPECT(RING_BFLOAT16, RING_SUM, 0, H(0xffff), H(0x3f80), H(0xffff));
     EXPECT(RING_BFLOAT16, RING_MIN, 0, H(0x7f81), H(0x3f80), H(0x7fc1));
-    EXPECT(RING_BFLOAT16, RING_MIN, 0, H(0x3f80), H(0x7f81), H(0x3f80));
+    EXPECT(RING_BFLOAT16, RING_MIN, 0, H(0x3f80), H(0x7f81), H(0x7fc1)); /* NaN in b, quieted */
     EXPECT(RING_BFLOAT16, RING_MAX, 0, H(0xc000), H(0x3f80), H(0x3f80));
     EXPECT(RING_BFLOAT16, RING_AVG, 2, H(0x3f80), H(0x4000), H(0x3fc0));
     EXPECT(RING_BFLOAT16, RING_AVG, 3, H(0x3f80), H(0x0000), H(0x3eab)); /* 1/3 rounds up */
@@ -571,7 +573,7 @@ Test(reduce_float, ieee_cases)
     EXPECT(RING_FLOAT32, RING_MAX, 0, F(-3.0f), F(-2.0f), F(-2.0f));
     EXPECT(RING_FLOAT32, RING_MIN, 0, 0x7fc00001u, F(2.0f), 0x7fc00001u); /* NaN in a wins */
     EXPECT(RING_FLOAT32, RING_MIN, 0, 0x7f800001u, F(2.0f), 0x7f800001u); /* a pure select */
-    EXPECT(RING_FLOAT32, RING_MAX, 0, F(2.0f), 0x7fc00000u, F(2.0f));     /* NaN in b lost */
+    EXPECT(RING_FLOAT32, RING_MAX, 0, F(2.0f), 0x7fc00000u, 0x7fc00000u); /* NaN in b too */
     EXPECT(RING_FLOAT32, RING_MIN, 0, F(0.0f), F(-0.0f), F(0.0f));
     EXPECT(RING_FLOAT32, RING_AVG, 3, F(1.0f), F(0.0f), F(1.0f / 3.0f));
     EXPECT(RING_FLOAT32, RING_AVG, 2, F(3.0e38f), F(3.0e38f), F(INFINITY)); /* sum in float */
@@ -585,13 +587,20 @@ Test(reduce_float, ieee_cases)
 }
 
 /* Zero elements must not touch memory at all. */
-Test(reduce_misc, zero_count_and_impl_name)
+Test(reduce_misc, degenerate_calls_and_impl_name)
 {
     for (int t = 0; t < RING_DTYPE_COUNT; t++)
         for (int op = 0; op < RING_OP_COUNT; op++) {
             ring__reduce(NULL, NULL, NULL, 0, (ring_dtype_t)t, (ring_op_t)op);
             ring__reduce_final(NULL, NULL, NULL, 0, (ring_dtype_t)t, (ring_op_t)op, 4);
         }
+    /* Out-of-range dtype or op: nothing to do, and dst stays as it was. */
+    uint64_t x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8}, z[4] = {9, 9, 9, 9};
+    ring__reduce(z, x, y, 4, RING_DTYPE_COUNT, RING_SUM);
+    ring__reduce(z, x, y, 4, RING_FLOAT16, RING_OP_COUNT);
+    ring__reduce_final(z, x, y, 4, RING_INT32, RING_OP_COUNT, 2);
+    for (int i = 0; i < 4; i++) cr_assert_eq(z[i], 9);
+
     const char *name = ring__reduce_impl_name();
     cr_assert(name);
     cr_assert(!strcmp(name, "x86-64-v4") || !strcmp(name, "x86-64-v3") || !strcmp(name, "generic"),
@@ -616,7 +625,7 @@ Test(reduce_convert, fp16_all_patterns)
         _Float16 c;
         uint16_t hh = (uint16_t)h;
         memcpy(&c, &hh, 2);
-        cr_assert_eq(bits_f32(f), bits_f32((float)c), "half_to_float(%#x) differs from _Float16", h);
+        cr_assert_eq(bits_f32(f), bits_f32((float)c), "half_to_float(%#x) != _Float16's", h);
 #endif
     }
 }

@@ -116,7 +116,8 @@ awk -F, '
         wrong = 0
         for (i = 0; i < n; i++) {
             s = list[i]
-            ratio = ((s in r_bw) && (s in t_bw) && t_bw[s] > 0) ? sprintf("%.2f", r_bw[s] / t_bw[s]) : "-"
+            # same bytes and busbw factor: the busbw ratio is the inverse time ratio (more digits)
+            ratio = ((s in r_t) && (s in t_t) && r_t[s] > 0) ? sprintf("%.2f", t_t[s] / r_t[s]) : "-"
             printf("  %10d  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
                    f(d_bw, s, "%.3f"), ratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
             if ((s in r_w) && r_w[s] > 0) wrong += r_w[s]

@@ -168,7 +168,9 @@ static void fill(void *buf, size_t n, dtype_t t, op_t op, int r)
 }
 
 /* Wrapping integer arithmetic through uint64 (MPI leaves integer overflow undefined; the
- * generator keeps int8 sums in range for up to 31 ranks). */
+ * generator keeps int8 sums in range for up to 31 ranks). Note: Open MPI 4.1.4's op/avx
+ * component saturates uint8 sums for longer vectors, so "-d uint8 -o sum" reports wrong
+ * elements there unless run with "--mca op ^avx". */
 #define EXPECT(T, W)                                                                               \
     do {                                                                                           \
         T acc_ = (T)val(op, 0, i);                                                                 \
@@ -422,7 +424,7 @@ int main(int argc, char **argv)
             }
             if (is_root) {
                 if (csv)
-                    printf("allreduce,%d,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%lld\n", n, bytes, count, dtype_disp[t],
+                    printf("allreduce,%d,%zu,%zu,%s,%s,%d,%d,%.3f,%.6f,%.6f,%lld\n", n, bytes, count, dtype_disp[t],
                            op_names[op], -1, inplace, us, algbw, busbw, wrong);
                 else
                     printf("  %10zu  %12zu  %8s  %6s  %6d  %10.2f  %8.3f  %8.3f  %6lld\n", bytes, count, dtype_disp[t],

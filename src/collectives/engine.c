@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     size_t ns_posted = 0, ns_done = 0, nr_posted = 0, nr_done = 0;
     int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
     int64_t last = ring__now_ns();
+    const int64_t spin_ns = (int64_t)comm->params.spin_us * 1000;
 
     RING_CHECK(ensure_scratch(comm, (size_t)depth * slot_bytes));
     sent = calloc((size_t)depth, sizeof *sent);
@@ -313,6 +315,12 @@ ring_result_t ring__engine_run(ring__sched_t *s)
             snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
             rc = waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
             goto fail;
+        }
+        /* A reply usually arrives within microseconds; sleeping costs a wake-up that is
+         * longer than that, so poll actively for a short while first. */
+        if (now - last < spin_ns) {
+            sched_yield();
+            continue;
         }
         struct pollfd fds[MAX_POLL];
         int nsf = tp->pollfds(sc, fds, MAX_POLL - 1);

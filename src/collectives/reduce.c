@@ -7,8 +7,10 @@
  *  - one always-inline kernel per dtype family (integers, float/double, 16-bit floats), each a
  *    switch over the op with one plain element-wise loop per case;
  *  - run(): the switch over the dtype, compiled once per target clone (x86-64-v4, x86-64-v3,
- *    baseline) so the loader picks the widest SIMD the CPU has;
- *  - half_f16c(): fp16 with F16C intrinsics, used where the v3 clone would run (see there);
+ *    baseline) so the loader picks the widest SIMD the CPU has; with RING_HAVE_TARGET_CLONES 0
+ *    (or a compiler other than GCC) it is one plain function, vectorised for the baseline;
+ *  - half_f16c(): fp16 with F16C intrinsics, used where the v3 clone would run (see there for
+ *    why, and why _Float16 is not used);
  *  - the entry points.
  *
  * Determinism: every result is a function of a[i] and b[i] alone, computed with the operations
@@ -24,14 +26,16 @@
 #include "reduce.h"
 #include "ring_config.h"
 
+/* GCC warns about this pragma and needs none: -std=c11 already implies -ffp-contract=off. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
 
 /*
- * Clang (14 at least) accepts target_clones("arch=x86-64-v3") but dispatches "arch=x86-64-vN"
- * as a CPU model, picking the v4 clone on an unknown vendor and never the v3 one, and it lacks
- * __builtin_cpu_supports("x86-64-v3"); so only GCC gets the clones.
+ * Only GCC gets the clones. Clang 14 accepts target_clones("arch=x86-64-v3") (so the build's
+ * check passes) but treats "arch=x86-64-vN" as a CPU-model name: its resolver never selects
+ * the v3 clone and picks v4 on a CPU-vendor comparison; nor does it know
+ * __builtin_cpu_supports("x86-64-v3").
  */
 #if RING_HAVE_TARGET_CLONES && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define USE_CLONES 1
@@ -108,13 +112,17 @@ static inline uint16_t float_to_half(float x)
 
 static inline float bf16_to_float(uint16_t h) { return as_float((uint32_t)h << 16); }
 
-/* Adding 0x7fff plus the lsb carries into the upper half exactly when rounding up to even. */
+/*
+ * Adding 0x7fff plus the lsb carries into the upper half exactly when rounding up to even.
+ * NaNs are truncated instead (rounding could carry them into Inf or the sign) and made quiet.
+ * Both arms are integer-only, so a plain ?: is safe here and vectorises to a blend.
+ */
 static inline uint16_t float_to_bf16(float x)
 {
     uint32_t u = as_bits(x);
     uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x40u; /* rounding could carry a NaN into Inf; keep it quiet NaN */
-    return (uint16_t)pick((int32_t)(u & 0x7fffffffu) > 0x7f800000, nan, rounded);
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)(x != x ? nan : rounded);
 }
 
 float ring__half_to_float(uint16_t h) { return half_to_float(h); }
@@ -137,22 +145,25 @@ uint16_t ring__float_to_bf16(float f) { return float_to_bf16(f); }
     } while (0)
 
 /*
- * MIN/MAX on floats are `b < a ? b : a` and `b > a ? b : a`, which is exactly minps/maxps with
- * b first. Consequences: a NaN in a is returned, a NaN in b is ignored (returns a), and for
- * -0 vs +0 the value from a wins. fp16/bf16 compare after widening, so they behave the same.
+ * MIN/MAX propagate NaN from either operand (a NaN in a is returned as is; a NaN in b by the
+ * y != y test), so the result does not depend on which rank of the ring holds the NaN. For
+ * -0 vs +0 the value from a wins. Integers: y != y is false and compiles away.
+ * fp16/bf16 compare after widening, so they behave the same.
  */
-#define MIN_OF(x, y) ((y) < (x) ? (y) : (x))
-#define MAX_OF(x, y) ((y) > (x) ? (y) : (x))
+#define MIN_OF(x, y) (((y) < (x) || (y) != (y)) ? (y) : (x))
+#define MAX_OF(x, y) (((y) > (x) || (y) != (y)) ? (y) : (x))
 
 /*
  * Integers. SUM and PROD go through the unsigned type (wrapping without UB; the low bits of a
  * sum or product do not depend on signedness). W is the type the product is computed in, wide
  * enough that uint8_t operands do not promote to a signed int.
  *
- * AVG (only reached on the final step): for 8- and 32-bit types the division is done in double, which vectorises where integer division does not, and is
- * exact: |sum| < 2^32 and nranks < 2^31 are exact doubles, and when the quotient q is not an
- * integer it is at least 1/nranks away from every integer, while the division's rounding error
- * is at most |q| * 2^-53 < 2^-21 / nranks; so truncating the double gives C's quotient.
+ * AVG (reached only on the final step): for 8- and 32-bit types the division is done in
+ * double, which vectorises where integer division does not, and it is exact: |sum| < 2^32 and
+ * nranks < 2^31 are exact doubles, and when the quotient q is not an integer it is at least
+ * 1/nranks away from every integer, while the division's rounding error is at most
+ * |q| * 2^-53 < 2^-21 / nranks; so truncating the double gives C's quotient. 64-bit types
+ * divide as integers, one element at a time.
  */
 #define INT_KERNEL(NAME, S, U, W, DIV_IN_DOUBLE)                                                   \
     KERNEL void NAME(void *dst, const void *a, const void *b, size_t n, int is_signed,            \
@@ -160,24 +171,20 @@ uint16_t ring__float_to_bf16(float f) { return float_to_bf16(f); }
     {                                                                                              \
         switch (op) {                                                                              \
         case RING_AVG:                                                                             \
-            {                                                                                      \
-                if (DIV_IN_DOUBLE) {                                                               \
-                    double dn = (double)nranks;                                                    \
-                    if (is_signed)                                                                 \
-                        LOOP(S, (S)((double)(S)(U)((W)(U)x + (U)y) / dn));                         \
-                    else                                                                           \
-                        LOOP(U, (U)((double)(U)((W)x + y) / dn));                                  \
-                } else {                                                                           \
-                    if (is_signed) {                                                               \
-                        S sn = (S)nranks;                                                          \
-                        LOOP(S, (S)((S)(U)((W)(U)x + (U)y) / sn));                                 \
-                    } else {                                                                       \
-                        U un = (U)nranks;                                                          \
-                        LOOP(U, (U)((U)((W)x + y) / un));                                          \
-                    }                                                                              \
-                }                                                                                  \
-                return;                                                                            \
+            if (DIV_IN_DOUBLE) {                                                                   \
+                double dn = (double)nranks;                                                        \
+                if (is_signed)                                                                     \
+                    LOOP(S, (S)((double)(S)(U)((W)(U)x + (U)y) / dn));                             \
+                else                                                                               \
+                    LOOP(U, (U)((double)(U)((W)x + y) / dn));                                      \
+            } else if (is_signed) {                                                                \
+                S sn = (S)nranks;                                                                  \
+                LOOP(S, (S)((S)(U)((W)(U)x + (U)y) / sn));                                         \
+            } else {                                                                               \
+                U un = (U)nranks;                                                                  \
+                LOOP(U, (U)((U)((W)x + y) / un));                                                  \
             }                                                                                      \
+            return;                                                                                \
         case RING_SUM: LOOP(U, (U)((W)x + y)); return;                                             \
         case RING_PROD: LOOP(U, (U)((W)x * y)); return;                                            \
         case RING_MIN:                                                                             \
@@ -266,38 +273,40 @@ CLONES static void run(void *dst, const void *a, const void *b, size_t n, ring_d
 
 #if USE_CLONES
 /*
- * GCC 12 vectorises _Float16 <-> float conversions only with AVX512-FP16; with F16C alone it
- * emits one scalar vcvtph2ps per element, and the baseline clone calls libgcc. The bit-level
- * conversions above do vectorise but cost ~30 instructions per 8 elements, well below memory
- * bandwidth, so fp16 on CPUs where the v3 clone would run gets this hand-written F16C loop
- * instead. It uses the same float operations and the conversions it replaces are bit-identical
- * (half_to_float/float_to_half match vcvtph2ps/vcvtps2ph on every input), so the result does
- * not depend on which path ran. The tail goes through a zero-padded block so that it is
- * computed by the same instructions.
+ * Why fp16 has its own loop, and why _Float16 (RING_HAVE_FLOAT16) is not used: GCC 12
+ * vectorises _Float16 <-> float conversions only with AVX512-FP16. With F16C alone it emits one
+ * scalar vcvtph2ps per element (about 4 GB/s in cache), and the baseline clone calls libgcc per
+ * element (0.2 GB/s). The bit-level conversions above vectorise everywhere, but at 4-6 GB/s in
+ * AVX2/AVX-512 clones; this F16C loop runs at memory speed. It is used wherever the v3 clone
+ * would be. It performs the same float operations, and the conversions it swaps in are
+ * bit-identical to half_to_float/float_to_half on every input (also under FTZ/DAZ), so the
+ * result does not depend on the path. The tail goes through a zero-padded block so that it
+ * is computed by the same instructions.
  */
+#define LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define STORE8(p, v)                                                                               \
+    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
 #define F16C_LOOP(EXPR)                                                                            \
     do {                                                                                           \
         size_t i = 0;                                                                              \
         for (; i + 8 <= n; i += 8) {                                                               \
-            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));                 \
-            __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));                 \
-            _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph((EXPR), _MM_FROUND_TO_NEAREST_INT)); \
+            __m256 x = LOAD8(a + i), y = LOAD8(b + i);                                             \
+            STORE8(d + i, EXPR);                                                                   \
         }                                                                                          \
         if (i < n) {                                                                               \
             uint16_t ta[8] = {0}, tb[8] = {0}, td[8];                                              \
             memcpy(ta, a + i, (n - i) * sizeof *a);                                                \
             memcpy(tb, b + i, (n - i) * sizeof *b);                                                \
-            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)ta));                      \
-            __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb));                      \
-            _mm_storeu_si128((__m128i *)td, _mm256_cvtps_ph((EXPR), _MM_FROUND_TO_NEAREST_INT));   \
+            __m256 x = LOAD8(ta), y = LOAD8(tb);                                                   \
+            STORE8(td, EXPR);                                                                      \
             memcpy(d + i, td, (n - i) * sizeof *d);                                                \
         }                                                                                          \
     } while (0)
 
-/* minps/maxps return their second operand unless the first compares less/greater: b first. */
-__attribute__((target("arch=x86-64-v3"))) static void half_f16c(uint16_t *d, const uint16_t *a,
-                                                                const uint16_t *b, size_t n,
-                                                                ring_op_t op, int nranks)
+/* minps/maxps return their second operand unless the first compares less/greater (so a NaN in
+ * x = a comes through); the blend passes a NaN in y = b too, as MIN_OF/MAX_OF do. */
+__attribute__((target("arch=x86-64-v3"))) static void
+half_f16c(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, ring_op_t op, int nranks)
 {
     switch (op) {
     case RING_AVG: {
@@ -307,8 +316,8 @@ __attribute__((target("arch=x86-64-v3"))) static void half_f16c(uint16_t *d, con
     }
     case RING_SUM: F16C_LOOP(_mm256_add_ps(x, y)); return;
     case RING_PROD: F16C_LOOP(_mm256_mul_ps(x, y)); return;
-    case RING_MIN: F16C_LOOP(_mm256_min_ps(y, x)); return;
-    case RING_MAX: F16C_LOOP(_mm256_max_ps(y, x)); return;
+    case RING_MIN: F16C_LOOP(_mm256_blendv_ps(_mm256_min_ps(y, x), y, _mm256_cmp_ps(y, y, _CMP_UNORD_Q))); return;
+    case RING_MAX: F16C_LOOP(_mm256_blendv_ps(_mm256_max_ps(y, x), y, _mm256_cmp_ps(y, y, _CMP_UNORD_Q))); return;
     default: return;
     }
 }
@@ -341,7 +350,7 @@ void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dt
     reduce(dst, a, b, count, dtype, op, 0);
 }
 
-/* nranks < 1 is a caller bug; dividing by 1 keeps it from being a division by zero as well. */
+/* nranks < 1 is a caller bug; it is taken as 1 rather than divided by. */
 void ring__reduce_final(void *dst, const void *a, const void *b, size_t count,
                         ring_dtype_t dtype, ring_op_t op, int nranks)
 {

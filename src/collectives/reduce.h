@@ -10,6 +10,9 @@
  *    data that crosses the wire in that type.
  *  - Results are bitwise deterministic: the same inputs give the same bits on every CPU the
  *    run-time dispatch may pick (element-wise operations only, no reassociation, no FMA).
+ *    One exception: when both inputs of SUM/PROD/AVG are NaN, either NaN payload may survive.
+ *  - MIN/MAX propagate a NaN from either input, so the result does not depend on where in the
+ *    ring the NaN sits. nranks < 1 is treated as 1.
  */
 #ifndef RING_REDUCE_H
 #define RING_REDUCE_H
@@ -38,7 +41,7 @@ uint16_t ring__float_to_half(float f);
 float ring__bf16_to_float(uint16_t h);
 uint16_t ring__float_to_bf16(float f);
 
-/* Name of the code path the run-time dispatch picked ("avx512", "avx2", "generic"), for logs. */
+/* Name of the code path the run-time dispatch picked ("x86-64-v4", "x86-64-v3", "generic"). */
 const char *ring__reduce_impl_name(void);
 
 #endif

@@ -72,6 +72,7 @@ typedef struct ring__params {
     int nsocks;
     int pipeline_depth;
     size_t sockbuf_bytes;
+    int spin_us; /* busy-poll this long after the last progress before sleeping in poll() */
     int port_lo, port_hi; /* data listen port range; 0,0 = ephemeral */
     uint8_t secret[16];
     int secret_set;

@@ -180,6 +180,9 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     v = RING__DEFAULT_PIPELINE_DEPTH;
     RING_CHECK(env_int("RING_PIPELINE_DEPTH", 1, RING__MAX_PIPELINE_DEPTH, &v));
     p->pipeline_depth = (int)v;
+    v = RING__DEFAULT_SPIN_US;
+    RING_CHECK(env_int("RING_SPIN_US", 0, 1000000, &v));
+    p->spin_us = (int)v;
     p->sockbuf_bytes = 0;
     RING_CHECK(env_size("RING_SOCKBUF_BYTES", 0, (size_t)1 << 30, &p->sockbuf_bytes));
     const char *pr = getenv("RING_PORT_RANGE");

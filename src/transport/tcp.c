@@ -8,10 +8,10 @@
  * connections of another job) without disturbing the job.
  *
  * On the wire, message m is a 16-byte header  magic "RGMS" | m mod 2^32 | length (u64)
- * on socket (m mod nsocks), followed by the payload cut into at most nsocks pieces of at least
- * 64 KiB, piece j on socket ((m + j) mod nsocks). Both sides derive the same cut from the
- * length, which the receiver knows (lengths must match exactly; the header is checked before
- * the message completes). Rotating the first socket spreads small messages over all sockets.
+ on socket s = (m mod nsocks), followed by the payload cut into at most nsocks pieces of at
+ * least 64 KiB, piece j on socket ((s + j) mod nsocks); messages under 64 KiB use s = 0. Both
+ * sides derive the same cut from the length, which the receiver knows (lengths must match
+ * exactly; the header is checked before the message completes).
  *
  * Every socket has a FIFO of pending pieces; progress() drains each FIFO with one
  * sendmsg/recvmsg over up to 16 queued pieces, so many small messages cost one syscall, and
@@ -58,6 +58,7 @@ typedef struct op {
 
 typedef struct sockq {
     int fd;
+    int peer_closed; /* orderly EOF seen while nothing was pending on this socket */
     op *ops;
     size_t cap, head, count;
 } sockq;
@@ -71,7 +72,6 @@ typedef struct tcp_conn {
     uint32_t seq;
     tcp_req *free_reqs, *all_reqs;
     ring_result_t failed;
-    int peer_closed; /* orderly close seen while nothing was pending on this connection */
     char desc[128];
 } tcp_conn;
 
@@ -427,10 +427,6 @@ static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
     tcp_conn *c = vc;
     *rp = NULL;
     if (c->failed) return c->failed;
-    if (c->peer_closed)
-        return c->failed = ring__seterr(c->ctx->comm, RING_ERR_PEER,
-                                        "tcp: %s closed its connection (it exited or destroyed its communicator) "
-                                        "but this rank still has messages for it", c->desc);
     tcp_req *r = c->free_reqs;
     if (r) {
         c->free_reqs = r->next_free;
@@ -449,7 +445,14 @@ static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
         put64(r->hdr + 8, len);
     }
     size_t npieces = len == 0 ? 0 : RING__MIN((size_t)c->nsocks, RING__MAX((size_t)1, len / MIN_PIECE));
-    int start = (int)(r->seq % (uint32_t)c->nsocks);
+    /* Small messages stay on socket 0, so a burst of them (descriptor, small collectives)
+     * leaves in one sendmsg; only messages worth splitting rotate their first socket. */
+    int start = len < MIN_PIECE ? 0 : (int)(r->seq % (uint32_t)c->nsocks);
+    for (size_t j = 0; j < RING__MAX(npieces, (size_t)1); j++)
+        if (c->q[(start + (int)j) % c->nsocks].peer_closed)
+            return c->failed = ring__seterr(c->ctx->comm, RING_ERR_PEER,
+                                            "tcp: %s closed its connection (it exited or destroyed its communicator) "
+                                            "but this rank still has messages for it", c->desc);
     r->pending = 1 + (int)npieces;
     int err = q_push(&c->q[start], (char *)r->hdr, HDR_LEN, r, 1);
     size_t off = 0;
@@ -582,7 +585,7 @@ static int tcp_pollfds(void *vc, struct pollfd *fds, int max)
     tcp_conn *c = vc;
     int n = 0;
     for (int i = 0; i < c->nsocks && n < max; i++) {
-        short ev = c->peer_closed ? 0 : POLLRDHUP;
+        short ev = c->q[i].peer_closed ? 0 : POLLRDHUP;
         if (c->q[i].count) ev |= c->is_send ? POLLOUT : POLLIN;
         fds[n++] = (struct pollfd){.fd = c->q[i].fd, .events = ev};
     }
@@ -594,6 +597,7 @@ static ring_result_t tcp_check(void *vc)
     tcp_conn *c = vc;
     if (c->failed) return c->failed;
     for (int i = 0; i < c->nsocks; i++) {
+        if (c->q[i].peer_closed) continue;
         int err = 0;
         socklen_t l = sizeof err;
         if (getsockopt(c->q[i].fd, SOL_SOCKET, SO_ERROR, &err, &l) == 0 && err)
@@ -602,12 +606,11 @@ static ring_result_t tcp_check(void *vc)
         ssize_t n = recv(c->q[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0) {
             /* A neighbour that finished its part and destroyed its communicator closes
-             * cleanly; that is only an error if we still expect to exchange messages. */
-            int pending = 0;
-            for (int k = 0; k < c->nsocks; k++) pending |= c->q[k].count != 0;
-            if (pending) return conn_fail(c, RING_ERR_PEER, 0, "connection closed (the process exited or was killed?) by");
-            c->peer_closed = 1;
-            return RING_OK;
+             * cleanly, one socket at a time, while its last bytes may still be queued on the
+             * others: EOF is an error only on a socket where we still expect to move bytes. */
+            if (c->q[i].count) return conn_fail(c, RING_ERR_PEER, 0, "connection closed (the process exited or was killed?) by");
+            c->q[i].peer_closed = 1;
+            continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
