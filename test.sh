@@ -13,6 +13,7 @@ meson test -C build --print-errorlogs --num-processes 1
 scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dlarge_tests=false -Dcuda=disabled -Drdma=disabled -Dhwloc=disabled
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     meson test -C build-asan --print-errorlogs --num-processes 1 --timeout-multiplier 3
 
 scripts/setup.sh build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \

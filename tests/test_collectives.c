@@ -180,6 +180,7 @@ static void run_job_once(const job_t *job, job_result_t *res)
     size_t nextra = 0;
     while (job->env && job->env[nextra]) nextra++;
     char **envs[MAX_RANKS];
+    size_t nalloc[MAX_RANKS]; /* leading entries of envs[r] that are ours to free */
     for (int r = 0; r < n; r++) {
         char **e = calloc(nenv + nextra + 16, sizeof *e);
         cr_assert(e, "out of memory");
@@ -193,6 +194,10 @@ static void run_job_once(const job_t *job, job_result_t *res)
         e[k++] = xasprintf("RING_TIMEOUT_MS=30000");
         e[k++] = xasprintf("RING_TEST_OUTDIR=%s", res->outdir);
         if (port2) e[k++] = xasprintf("RING_TEST_ROOT2=127.0.0.1:%d", port2);
+        /* In sanitizer builds undefined behaviour in any rank must fail the test, not scroll
+         * by (meson sets this itself; this covers running the binary by hand). */
+        if (!getenv("UBSAN_OPTIONS")) e[k++] = xasprintf("UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1");
+        nalloc[r] = k;
         for (size_t i = 0; i < nenv; i++)
             if (inherit_var(environ[i])) e[k++] = environ[i];
         e[k] = NULL;
@@ -256,9 +261,7 @@ static void run_job_once(const job_t *job, job_result_t *res)
     res->seconds = now_s() - t0;
 
     for (int r = 0; r < n; r++) {
-        size_t k = 0;
-        while (job->env && k < nextra) free(envs[r][k++]);
-        for (int i = 0; i < 6 + (port2 ? 1 : 0); i++) free(envs[r][k++]);
+        for (size_t k = 0; k < nalloc[r]; k++) free(envs[r][k]);
         free(envs[r]);
     }
 

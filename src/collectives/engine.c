@@ -164,7 +164,8 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     void *sc = comm->send_right, *rc_ = comm->recv_left;
     ring_result_t rc = RING_OK;
     const int depth = comm->params.pipeline_depth;
-    const size_t slot_bytes = comm->params.chunk_bytes;
+    /* Slots start on cache lines: RING_CHUNK_BYTES need not be a multiple of any element size. */
+    const size_t slot_bytes = (comm->params.chunk_bytes + 63) & ~(size_t)63;
     ent *sent = NULL, *recvd = NULL;
     held *hold = NULL;
     int *freeslots = NULL;
