@@ -679,3 +679,39 @@ Test(pair, stranger_on_the_root_port_does_not_break_init)
     ring_comm_destroy(a[0].comm);
     ring_comm_destroy(a[1].comm);
 }
+
+typedef struct cfg_arg {
+    pair_arg p;
+    const char *secret;
+} cfg_arg;
+
+static void *init_cfg_thread(void *v)
+{
+    cfg_arg *a = v;
+    ring_config_t cfg;
+    ring_config_init(&cfg);
+    cfg.secret = a->secret;
+    cfg.timeout_ms = 1500;
+    a->p.rc = ring_comm_init_config(&a->p.comm, 2, a->p.rank, a->p.root, &cfg);
+    return NULL;
+}
+
+Test(pair, wrong_secret_is_rejected_with_a_reason)
+{
+    clear_env();
+    int port = free_port();
+    cfg_arg a[2] = {{.p = {.rank = 0}, .secret = "job-secret-A"}, {.p = {.rank = 1}, .secret = "job-secret-B"}};
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(a[r].p.root, sizeof a[r].p.root, "127.0.0.1:%d", port);
+        pthread_create(&t[r], NULL, init_cfg_thread, &a[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    cr_assert_eq(a[1].p.rc, RING_ERR_AUTH, "rank 1 got %s: %s", ring_result_name(a[1].p.rc), ring_comm_last_error(a[1].p.comm));
+    cr_assert(strstr(ring_comm_last_error(a[1].p.comm), "secret"), "%s", ring_comm_last_error(a[1].p.comm));
+    cr_assert_eq(a[0].p.rc, RING_ERR_TIMEOUT, "the root keeps waiting for a real rank 1, then names it: %s",
+                 ring_comm_last_error(a[0].p.comm));
+    cr_assert(strstr(ring_comm_last_error(a[0].p.comm), "missing rank(s) 1"), "%s", ring_comm_last_error(a[0].p.comm));
+    ring_comm_destroy(a[0].p.comm);
+    ring_comm_destroy(a[1].p.comm);
+}

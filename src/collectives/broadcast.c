@@ -38,14 +38,10 @@ static void bc_done(ring__sched_t *s, size_t i, void *slot)
 
 ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op)
 {
-    ring__sched_t s = {.comm = comm, .op = op, .esize = ring_dtype_size(op->dtype)};
-    size_t e;
-    int lanes;
-    ring__engine_geometry(comm, s.esize, &e, &lanes);
-    /* One segment, one step per round: message i is simply chunk i of the buffer. */
-    ring__layout_init(&s.layout, op->count, 1, 0, e, 1);
-    s.nsteps = 1;
-    size_t nmsg = ring__layout_nmsgs(&s.layout, 1);
+    ring__sched_t s;
+    /* One segment, one step per round, one lane: message i is simply chunk i of the buffer. */
+    ring__sched_init(&s, comm, op, 1, 0, 1, 1);
+    size_t nmsg = s.nsend;
     int r = comm->rank, last = ring__mod(op->root - 1, comm->nranks);
     s.nsend = r == last ? 0 : nmsg;
     s.nrecv = r == op->root ? 0 : nmsg;

@@ -29,63 +29,44 @@
 
 #include "engine.h"
 #include "log.h"
+#include "wire.h"
 #include "transport.h"
 
 #define DESC_LEN 40
 #define DESC_MAGIC 0x5247504fu /* "RGOP" */
 #define MAX_POLL (2 * 16 + 1)
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 /* Fields that do not apply to a collective are zeroed so that they never cause a mismatch. */
 static void desc_build(unsigned char *b, const ring__opdesc_t *op)
 {
     int red = op->coll == RING__COLL_ALLREDUCE || op->coll == RING__COLL_REDUCE_SCATTER;
-    put32(b, DESC_MAGIC);
-    put32(b + 4, (uint32_t)op->coll);
-    put64(b + 8, op->seq);
-    put64(b + 16, op->coll == RING__COLL_BARRIER ? 0 : op->count);
-    put32(b + 24, op->coll == RING__COLL_BARRIER ? 0 : (uint32_t)op->dtype);
-    put32(b + 28, red ? (uint32_t)op->op : 0);
-    put32(b + 32, op->coll == RING__COLL_BROADCAST ? (uint32_t)op->root : 0);
-    put32(b + 36, 0);
+    ring__put32(b, DESC_MAGIC);
+    ring__put32(b + 4, (uint32_t)op->coll);
+    ring__put64(b + 8, op->seq);
+    ring__put64(b + 16, op->coll == RING__COLL_BARRIER ? 0 : op->count);
+    ring__put32(b + 24, op->coll == RING__COLL_BARRIER ? 0 : (uint32_t)op->dtype);
+    ring__put32(b + 28, red ? (uint32_t)op->op : 0);
+    ring__put32(b + 32, op->coll == RING__COLL_BROADCAST ? (uint32_t)op->root : 0);
+    ring__put32(b + 36, 0);
 }
 
 static void desc_str(const unsigned char *b, char *out, size_t len)
 {
-    ring__coll_t c = (ring__coll_t)get32(b + 4);
-    unsigned long long seq = (unsigned long long)get64(b + 8), count = (unsigned long long)get64(b + 16);
-    const char *dt = ring__dtype_name((ring_dtype_t)get32(b + 24));
+    ring__coll_t c = (ring__coll_t)ring__get32(b + 4);
+    unsigned long long seq = (unsigned long long)ring__get64(b + 8), count = (unsigned long long)ring__get64(b + 16);
+    const char *dt = ring__dtype_name((ring_dtype_t)ring__get32(b + 24));
     switch (c) {
     case RING__COLL_ALLREDUCE:
     case RING__COLL_REDUCE_SCATTER:
         snprintf(out, len, "#%llu %s(count=%llu, %s, %s)", seq, ring__coll_name(c), count, dt,
-                 ring__op_name((ring_op_t)get32(b + 28)));
+                 ring__op_name((ring_op_t)ring__get32(b + 28)));
         break;
     case RING__COLL_ALLGATHER:
         snprintf(out, len, "#%llu %s(count=%llu, %s)", seq, ring__coll_name(c), count, dt);
         break;
     case RING__COLL_BROADCAST:
-        snprintf(out, len, "#%llu %s(count=%llu, %s, root=%d)", seq, ring__coll_name(c), count, dt, (int)get32(b + 32));
+        snprintf(out, len, "#%llu %s(count=%llu, %s, root=%d)", seq, ring__coll_name(c), count, dt, (int)ring__get32(b + 32));
         break;
     default:
         snprintf(out, len, "#%llu %s", seq, ring__coll_name(c));
@@ -95,7 +76,7 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
 
 static ring_result_t desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs)
 {
-    if (get32(theirs) != DESC_MAGIC)
+    if (ring__get32(theirs) != DESC_MAGIC)
         return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected",
                             comm->peer_desc[0]);
     if (!memcmp(mine, theirs, DESC_LEN)) return RING_OK;
@@ -107,12 +88,18 @@ static ring_result_t desc_check(ring_comm_t *comm, const unsigned char *mine, co
                         comm->rank, a, comm->peer_desc[0], b);
 }
 
-void ring__engine_geometry(const ring_comm_t *comm, size_t esize, size_t *chunk_elems, int *lanes)
+void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op, int nseg, int balanced,
+                      int nsteps, int single_lane)
 {
-    size_t e = comm->params.chunk_bytes / esize;
-    *chunk_elems = e ? e : 1;
+    s->comm = comm;
+    s->op = op;
+    s->esize = ring_dtype_size(op->dtype);
+    size_t e = comm->params.chunk_bytes / s->esize;
     /* One lane fewer than slots: see partition.h for why this keeps forwarding deadlock-free. */
-    *lanes = comm->params.pipeline_depth > 1 ? comm->params.pipeline_depth - 1 : 1;
+    int lanes = single_lane || comm->params.pipeline_depth < 2 ? 1 : comm->params.pipeline_depth - 1;
+    ring__layout_init(&s->layout, op->count, nseg, balanced, e ? e : 1, lanes);
+    s->nsteps = nsteps;
+    s->nsend = s->nrecv = ring__layout_nmsgs(&s->layout, nsteps);
 }
 
 typedef struct ent {

@@ -43,8 +43,14 @@ struct ring__sched {
  * neighbours first. Returns with the comm's error message set on failure. */
 ring_result_t ring__engine_run(ring__sched_t *s);
 
-/* Chunk geometry for comm and element size: E elements per chunk, L chunks per step. */
-void ring__engine_geometry(const ring_comm_t *comm, size_t esize, size_t *chunk_elems, int *lanes);
+/*
+ * Common set-up of a ring schedule: element size, chunk geometry (E = RING_CHUNK_BYTES / size
+ * elements per chunk, L = depth - 1 chunks per step, or 1 if single_lane), the layout of
+ * `nseg` segments (balanced over op->count, or op->count each) and nsend = nrecv = the number
+ * of messages of `nsteps` steps per round. Callbacks are left to the algorithm.
+ */
+void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op, int nseg, int balanced,
+                      int nsteps, int single_lane);
 
 /* Algorithms (one file each). */
 ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op);

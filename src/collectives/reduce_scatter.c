@@ -61,13 +61,8 @@ static void rs_done(ring__sched_t *s, size_t i, void *slot)
 
 ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op)
 {
-    ring__sched_t s = {.comm = comm, .op = op, .esize = ring_dtype_size(op->dtype)};
-    size_t e;
-    int lanes;
-    ring__engine_geometry(comm, s.esize, &e, &lanes);
-    ring__layout_init(&s.layout, op->count, comm->nranks, 0, e, lanes);
-    s.nsteps = comm->nranks - 1;
-    s.nsend = s.nrecv = ring__layout_nmsgs(&s.layout, s.nsteps);
+    ring__sched_t s;
+    ring__sched_init(&s, comm, op, comm->nranks, 0, comm->nranks - 1, 0);
     s.send_msg = rs_send;
     s.recv_msg = rs_recv;
     s.recv_done = rs_done;

@@ -25,6 +25,7 @@
 
 #include "bootstrap.h"
 #include "log.h"
+#include "wire.h"
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
@@ -34,16 +35,6 @@
 #define MAX_PENDING 64
 #define HELLO_TIMEOUT_NS (10LL * 1000000000LL)
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 void ring__host_identity(ring__peer_info_t *info)
 {
@@ -60,25 +51,25 @@ void ring__host_identity(ring__peer_info_t *info)
 
 static void put_info(unsigned char *p, const ring__peer_info_t *info)
 {
-    put32(p, info->addr.len);
+    ring__put32(p, info->addr.len);
     memcpy(p + 4, info->addr.data, RING__TP_ADDR_MAX);
     memcpy(p + 132, info->host, RING__HOST_MAX);
     memcpy(p + 196, info->bootid, RING__BOOTID_MAX);
-    put32(p + 236, info->pid);
+    ring__put32(p + 236, info->pid);
 }
 
 /* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
 static int get_info(const unsigned char *p, ring__peer_info_t *info)
 {
     memset(info, 0, sizeof *info);
-    info->addr.len = get32(p);
+    info->addr.len = ring__get32(p);
     if (info->addr.len == 0 || info->addr.len > RING__TP_ADDR_MAX) return -1;
     memcpy(info->addr.data, p + 4, RING__TP_ADDR_MAX);
     memcpy(info->host, p + 132, RING__HOST_MAX);
     memcpy(info->bootid, p + 196, RING__BOOTID_MAX);
     info->host[RING__HOST_MAX - 1] = '\0';
     info->bootid[RING__BOOTID_MAX - 1] = '\0';
-    info->pid = get32(p + 236);
+    info->pid = ring__get32(p + 236);
     return 0;
 }
 
@@ -86,11 +77,11 @@ void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t ra
                        uint32_t nranks, const ring__peer_info_t *info)
 {
     memset(buf, 0, RING__HELLO_LEN);
-    put32(buf, BS_MAGIC);
-    put32(buf + 4, BS_VERSION);
+    ring__put32(buf, BS_MAGIC);
+    ring__put32(buf + 4, BS_VERSION);
     memcpy(buf + 8, secret, 16);
-    put32(buf + 24, nranks);
-    put32(buf + 28, rank);
+    ring__put32(buf + 24, nranks);
+    ring__put32(buf + 28, rank);
     put_info(buf + 32, info);
 }
 
@@ -98,12 +89,12 @@ const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16]
                               uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code)
 {
     *code = RING_ERR_PROTOCOL;
-    if (get32(buf) != BS_MAGIC) return "not a ringcomm bootstrap connection (bad magic)";
+    if (ring__get32(buf) != BS_MAGIC) return "not a ringcomm bootstrap connection (bad magic)";
     *code = RING_ERR_AUTH;
-    if (get32(buf + 4) != BS_VERSION) return "bootstrap protocol version differs from the root's";
+    if (ring__get32(buf + 4) != BS_VERSION) return "bootstrap protocol version differs from the root's";
     if (!ring__secret_equal(buf + 8, secret, 16)) return "wrong job secret (RING_SECRET differs from the root's)";
-    *nranks = get32(buf + 24);
-    *rank = get32(buf + 28);
+    *nranks = ring__get32(buf + 24);
+    *rank = ring__get32(buf + 28);
     *code = RING_ERR_PROTOCOL;
     if (get_info(buf + 32, info) != 0) return "malformed address in HELLO";
     *code = RING_OK;
@@ -113,9 +104,9 @@ const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16]
 static void send_reject(int fd, ring_result_t code, const char *why, int64_t deadline)
 {
     unsigned char b[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN] = {0};
-    put32(b, TABLE_MAGIC);
-    put32(b + 4, TYPE_REJECT);
-    put32(b + 12, (uint32_t)code);
+    ring__put32(b, TABLE_MAGIC);
+    ring__put32(b + 4, TYPE_REJECT);
+    ring__put32(b + 12, (uint32_t)code);
     snprintf((char *)b + RING__TABLE_HDR_LEN, RING__REJECT_MSG_LEN, "%s", why);
     /* Best effort and short: a rejected peer must not be able to hold the root. */
     int64_t d = RING__MIN(deadline, ring__now_ns() + 100 * 1000000LL);
@@ -261,9 +252,9 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         rc = ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
         goto fail;
     }
-    put32(table, TABLE_MAGIC);
-    put32(table + 4, TYPE_TABLE);
-    put32(table + 8, (uint32_t)n);
+    ring__put32(table, TABLE_MAGIC);
+    ring__put32(table + 4, TYPE_TABLE);
+    ring__put32(table + 8, (uint32_t)n);
     memcpy(table + 16, &comm->job_nonce, 8);
     for (int r = 0; r < n; r++) put_info(table + RING__TABLE_HDR_LEN + (size_t)r * RING__TABLE_ENTRY_LEN, &all[r]);
     for (int r = 1; r < n; r++) {
@@ -332,22 +323,22 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
                                 "other ranks never joined?)", comm->rank, ring__addr_str(root, b, sizeof b));
         goto fail;
     }
-    if (get32(hdr) != TABLE_MAGIC) {
+    if (ring__get32(hdr) != TABLE_MAGIC) {
         rc = ring__seterr(comm, RING_ERR_PROTOCOL, "bootstrap: %s is not a ringcomm root (bad reply magic)",
                           ring__addr_str(root, b, sizeof b));
         goto fail;
     }
-    if (get32(hdr + 4) == TYPE_REJECT) {
+    if (ring__get32(hdr + 4) == TYPE_REJECT) {
         char why[RING__REJECT_MSG_LEN] = "";
         ring__io_full(fd, why, sizeof why, 0, RING__MIN(deadline, ring__now_ns() + 1000000000LL), -1);
         why[sizeof why - 1] = '\0';
-        ring_result_t code = (ring_result_t)get32(hdr + 12);
+        ring_result_t code = (ring_result_t)ring__get32(hdr + 12);
         if (code != RING_ERR_AUTH && code != RING_ERR_INVALID_ARG) code = RING_ERR_PROTOCOL;
         rc = ring__seterr(comm, code, "bootstrap: the root %s rejected rank %d: %s",
                           ring__addr_str(root, b, sizeof b), comm->rank, why);
         goto fail;
     }
-    if (get32(hdr + 4) != TYPE_TABLE || get32(hdr + 8) != (uint32_t)n) {
+    if (ring__get32(hdr + 4) != TYPE_TABLE || ring__get32(hdr + 8) != (uint32_t)n) {
         rc = ring__seterr(comm, RING_ERR_PROTOCOL, "bootstrap: malformed rank table from %s",
                           ring__addr_str(root, b, sizeof b));
         goto fail;

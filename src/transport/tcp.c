@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "wire.h"
 #include "net.h"
 #include "param.h"
 #include "transport.h"
@@ -112,28 +113,6 @@ typedef struct tcp_listen {
     int fds[RING__MAX_NSOCKS]; /* authenticated sockets of the expected peer, by index */
     int have;
 } tcp_listen;
-
-/* Little-endian (de)serialisation: the wire format must not depend on struct padding. */
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
 {
@@ -241,12 +220,12 @@ static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int pe
         }
         for (int i = 0; i < ctx->nsocks; i++) {
             unsigned char *h = pc->hs[i];
-            put32(h, HS_MAGIC);
-            put32(h + 4, TCP_VERSION | (uint32_t)ctx->nsocks << 16);
+            ring__put32(h, HS_MAGIC);
+            ring__put32(h + 4, TCP_VERSION | (uint32_t)ctx->nsocks << 16);
             memcpy(h + 8, comm->params.secret, 16);
-            put32(h + 24, (uint32_t)comm->rank);
-            put32(h + 28, (uint32_t)i);
-            put64(h + 32, comm->job_nonce);
+            ring__put32(h + 24, (uint32_t)comm->rank);
+            ring__put32(h + 28, (uint32_t)i);
+            ring__put64(h + 32, comm->job_nonce);
         }
         pc->next = ctx->connecting;
         ctx->connecting = pc;
@@ -357,13 +336,13 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
             continue;
         }
         const unsigned char *h = p->buf;
-        uint32_t ver = get32(h + 4);
-        uint32_t rank = get32(h + 24), idx = get32(h + 28);
+        uint32_t ver = ring__get32(h + 4);
+        uint32_t rank = ring__get32(h + 24), idx = ring__get32(h + 28);
         const char *why = NULL;
-        if (get32(h) != HS_MAGIC) why = "not a ringcomm data connection (bad magic)";
+        if (ring__get32(h) != HS_MAGIC) why = "not a ringcomm data connection (bad magic)";
         else if ((ver & 0xffff) != TCP_VERSION) why = "protocol version differs";
         else if (!ring__secret_equal(h + 8, comm->params.secret, 16)) why = "wrong job secret";
-        else if (get64(h + 32) != comm->job_nonce) why = "belongs to another job instance";
+        else if (ring__get64(h + 32) != comm->job_nonce) why = "belongs to another job instance";
         else if ((ver >> 16) != (uint32_t)ctx->nsocks) why = "RING_NSOCKS differs between ranks";
         else if (rank != (uint32_t)peer) why = "unexpected sender rank";
         else if (idx >= (uint32_t)ctx->nsocks || l->fds[idx] >= 0) why = "bad or duplicate socket index";
@@ -440,9 +419,9 @@ static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
     r->seq = c->seq++;
     r->len = len;
     if (c->is_send) {
-        put32(r->hdr, MSG_MAGIC);
-        put32(r->hdr + 4, r->seq);
-        put64(r->hdr + 8, len);
+        ring__put32(r->hdr, MSG_MAGIC);
+        ring__put32(r->hdr + 4, r->seq);
+        ring__put64(r->hdr + 8, len);
     }
     size_t npieces = len == 0 ? 0 : RING__MIN((size_t)c->nsocks, RING__MAX((size_t)1, len / MIN_PIECE));
     /* Small messages stay on socket 0, so a burst of them (descriptor, small collectives)
@@ -493,8 +472,8 @@ static ring_result_t conn_fail(tcp_conn *c, ring_result_t rc, int err, const cha
 
 static ring_result_t check_header(tcp_conn *c, tcp_req *r)
 {
-    uint32_t magic = get32(r->hdr), seq = get32(r->hdr + 4);
-    uint64_t len = get64(r->hdr + 8);
+    uint32_t magic = ring__get32(r->hdr), seq = ring__get32(r->hdr + 4);
+    uint64_t len = ring__get64(r->hdr + 8);
     ring_comm_t *comm = c->ctx->comm;
     if (magic != MSG_MAGIC)
         return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL,
