@@ -114,6 +114,16 @@ typedef struct held {
     int slot;
 } held;
 
+/* Windows and slot lists: four arrays of `depth` entries in one block, made once per comm. */
+static ring_result_t ensure_state(ring_comm_t *comm, int depth)
+{
+    if (comm->engine_mem) return RING_OK;
+    size_t d = (size_t)depth;
+    comm->engine_mem = calloc(1, 2 * d * sizeof(ent) + d * sizeof(held) + d * sizeof(int));
+    if (!comm->engine_mem) return ring__seterr(comm, RING_ERR_NOMEM, "engine: out of memory");
+    return RING_OK;
+}
+
 static ring_result_t ensure_scratch(ring_comm_t *comm, size_t bytes)
 {
     if (comm->scratch_bytes >= bytes) return RING_OK;
@@ -166,14 +176,11 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     const int64_t spin_ns = (int64_t)comm->params.spin_us * 1000;
 
     RING_CHECK(ensure_scratch(comm, (size_t)depth * slot_bytes));
-    sent = calloc((size_t)depth, sizeof *sent);
-    recvd = calloc((size_t)depth, sizeof *recvd);
-    hold = calloc((size_t)depth, sizeof *hold);
-    freeslots = calloc((size_t)depth, sizeof *freeslots);
-    if (!sent || !recvd || !hold || !freeslots) {
-        rc = ring__seterr(comm, RING_ERR_NOMEM, "engine: out of memory");
-        goto fail;
-    }
+    RING_CHECK(ensure_state(comm, depth));
+    sent = comm->engine_mem;
+    recvd = sent + depth;
+    hold = (held *)(recvd + depth);
+    freeslots = (int *)(hold + depth);
     for (int i = depth - 1; i >= 0; i--) freeslots[nfree++] = i;
 
     desc_build(mydesc, s->op);
@@ -331,9 +338,5 @@ fail:
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu failed: %s", ring__coll_name(s->op->coll),
                  (unsigned long long)s->op->seq, comm->errmsg);
     }
-    free(sent);
-    free(recvd);
-    free(hold);
-    free(freeslots);
     return rc;
 }

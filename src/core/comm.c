@@ -339,6 +339,7 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
         comm->live = n;
     }
     free(comm->scratch);
+    free(comm->engine_mem);
     if (comm->wake_fd >= 0) close(comm->wake_fd);
     pthread_cond_destroy(&comm->cv_work);
     pthread_cond_destroy(&comm->cv_done);

@@ -120,9 +120,11 @@ struct ring_comm {
     int left, right;
     char peer_desc[2][160]; /* "rank 3 (10.0.0.4:40123)" for left [0] and right [1] */
 
-    /* Scratch for the engine: pipeline_depth chunks, allocated lazily, reused. */
+    /* Scratch for the engine: pipeline_depth chunks, allocated lazily, reused; and the
+     * engine's per-call bookkeeping (windows, slot lists), sized by depth, likewise. */
     void *scratch;
     size_t scratch_bytes;
+    void *engine_mem;
 };
 
 /* Error reporting. All set the comm's last error (if comm != NULL, else thread-local). */
