@@ -36,7 +36,6 @@
 #define DESC_MAGIC 0x5247504fu /* "RGOP" */
 #define MAX_POLL (2 * 16 + 1)
 
-
 /* Fields that do not apply to a collective are zeroed so that they never cause a mismatch. */
 static void desc_build(unsigned char *b, const ring__opdesc_t *op)
 {

@@ -35,7 +35,6 @@
 #define MAX_PENDING 64
 #define HELLO_TIMEOUT_NS (10LL * 1000000000LL)
 
-
 void ring__host_identity(ring__peer_info_t *info)
 {
     gethostname(info->host, sizeof info->host - 1);
