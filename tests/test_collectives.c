@@ -363,6 +363,33 @@ Test(collectives, matrix_n3_chunk1003_nsocks3, .timeout = MATRIX_DEADLINE + 60)
     run_simple("matrix", 3, 0x3e03, env, MATRIX_DEADLINE);
 }
 
+/* Recursive doubling for every size (by default it only takes small buffers): the fold of
+ * non-power-of-two N (5, 6, 7), in-place, AVG's single division and zero counts. */
+Test(collectives, matrix_n5_rd, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=rd", NULL};
+    run_simple("matrix", 5, 0x5d05, env, MATRIX_DEADLINE);
+}
+
+Test(collectives, matrix_n6_rd, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=rd", NULL};
+    run_simple("matrix", 6, 0x6d06, env, MATRIX_DEADLINE);
+}
+
+Test(collectives, matrix_n8_rd, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=rd", NULL};
+    run_simple("matrix", 8, 0x8d08, env, MATRIX_DEADLINE);
+}
+
+/* The ring for every size, small ones included (by default they go by recursive doubling). */
+Test(collectives, matrix_n4_ring, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=ring", NULL};
+    run_simple("matrix", 4, 0x4e04, env, MATRIX_DEADLINE);
+}
+
 /* Small chunks and a single chunk in flight: many pipeline steps, no overlap to hide bugs. */
 Test(collectives, matrix_n4_chunk4096_depth1, .timeout = MATRIX_DEADLINE + 60)
 {
@@ -372,9 +399,9 @@ Test(collectives, matrix_n4_chunk4096_depth1, .timeout = MATRIX_DEADLINE + 60)
 
 /* Rounded float results must still be bitwise identical on every rank: each rank leaves a
  * hash of all its results and this side compares them, trusting no rank's own claim. */
-static void run_float_random(int n, uint64_t seed)
+static void run_float_random(int n, uint64_t seed, const char *const *env)
 {
-    job_t job = {.scenario = "float_random", .nranks = n, .seed = seed_for(seed), .deadline_s = 120};
+    job_t job = {.scenario = "float_random", .nranks = n, .seed = seed_for(seed), .deadline_s = 120, .env = env};
     job_result_t res;
     long checked[MAX_RANKS];
     run_job(&job, &res, checked);
@@ -393,8 +420,15 @@ static void run_float_random(int n, uint64_t seed)
               h, h0);
 }
 
-Test(collectives, float_random_n4, .timeout = 180) { run_float_random(4, 0xf404); }
-Test(collectives, float_random_n5, .timeout = 180) { run_float_random(5, 0xf505); }
+Test(collectives, float_random_n4, .timeout = 180) { run_float_random(4, 0xf404, NULL); }
+Test(collectives, float_random_n5, .timeout = 180) { run_float_random(5, 0xf505, NULL); }
+/* Recursive doubling at every size: partners combine in the same operand order, so the bits
+ * agree even though no single rank computes each element. */
+Test(collectives, float_random_n7_rd, .timeout = 180)
+{
+    static const char *const env[] = {"RING_ALGO=rd", NULL};
+    run_float_random(7, 0xf707, env);
+}
 
 Test(collectives, threads_n3, .timeout = 180)
 {

@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "bootstrap.h"
+#include "engine.h"
 #include "internal.h"
+#include "p2p.h"
 #include "param.h"
 #include "partition.h"
 
@@ -183,7 +185,7 @@ static void clear_env(void)
     const char *vars[] = {"RING_RANK", "RING_NRANKS", "RING_ROOT", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                           "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
                           "PMI_SIZE", "RING_TIMEOUT_MS", "RING_CHUNK_BYTES", "RING_NSOCKS", "RING_PIPELINE_DEPTH",
-                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE"};
+                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -584,13 +586,10 @@ Test(pair, timeout_names_the_peer)
     clear_env();
 }
 
-Test(pair, mismatched_counts_fail_on_both_ranks_with_both_sides)
+/* Both ranks allreduce concurrently with different counts; both must report a mismatch. */
+static void allreduce_both_mismatch(ring_comm_t *c0, size_t n0, float *b0, ring_comm_t *c1, size_t n1, float *b1)
 {
-    clear_env();
-    ring_comm_t *c0, *c1;
-    init_pair(&c0, &c1);
-    float b0[64] = {0}, b1[64] = {0};
-    coll_arg a0 = {.comm = c0, .count = 10, .buf = b0}, a1 = {.comm = c1, .count = 20, .buf = b1};
+    coll_arg a0 = {.comm = c0, .count = n0, .buf = b0}, a1 = {.comm = c1, .count = n1, .buf = b1};
     pthread_t t0, t1;
     pthread_create(&t0, NULL, allreduce_thread, &a0);
     pthread_create(&t1, NULL, allreduce_thread, &a1);
@@ -598,6 +597,15 @@ Test(pair, mismatched_counts_fail_on_both_ranks_with_both_sides)
     pthread_join(t1, NULL);
     cr_assert_eq(a0.rc, RING_ERR_MISMATCH, "rank 0 got %s: %s", ring_result_name(a0.rc), ring_comm_last_error(c0));
     cr_assert_eq(a1.rc, RING_ERR_MISMATCH, "rank 1 got %s: %s", ring_result_name(a1.rc), ring_comm_last_error(c1));
+}
+
+Test(pair, mismatched_counts_fail_on_both_ranks_with_both_sides)
+{
+    clear_env();
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    static float b0[64], b1[64];
+    allreduce_both_mismatch(c0, 10, b0, c1, 20, b1);
     const char *m = ring_comm_last_error(c1);
     cr_assert(strstr(m, "count=20") && strstr(m, "count=10"), "message shows both sides: %s", m);
     ring_comm_destroy(c0);
@@ -714,4 +722,127 @@ Test(pair, wrong_secret_is_rejected_with_a_reason)
     cr_assert(strstr(ring_comm_last_error(a[0].p.comm), "missing rank(s) 1"), "%s", ring_comm_last_error(a[0].p.comm));
     ring_comm_destroy(a[0].p.comm);
     ring_comm_destroy(a[1].p.comm);
+}
+
+/* ---- recursive doubling, point-to-point ------------------------------------------------ */
+
+Test(rd, partners_are_symmetric_and_few)
+{
+    for (int n = 1; n <= 70; n++) {
+        int lists[70][40], cnt[70];
+        int lg = 0;
+        while ((1 << (lg + 1)) <= n) lg++;
+        for (int r = 0; r < n; r++) {
+            cnt[r] = ring__rd_partners(r, n, lists[r]);
+            cr_assert(cnt[r] <= lg + 1, "n %d rank %d: %d partners", n, r, cnt[r]);
+        }
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < cnt[r]; k++) {
+                int q = lists[r][k], found = 0;
+                cr_assert(q >= 0 && q < n && q != r, "n %d rank %d partner %d", n, r, q);
+                for (int j = 0; j < cnt[q]; j++) found |= lists[q][j] == r;
+                cr_assert(found, "n %d: %d lists %d but not the other way", n, r, q);
+            }
+    }
+}
+
+Test(param, algo_and_rd_threshold)
+{
+    clear_env();
+    ring__params_t p;
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.algo, RING__ALGO_AUTO);
+    cr_assert_eq(p.rd_max_bytes, (size_t)RING__DEFAULT_RD_MAX_BYTES);
+    setenv("RING_ALGO", "rd", 1);
+    setenv("RING_RD_MAX_BYTES", "8K", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.algo, RING__ALGO_RD);
+    cr_assert_eq(p.rd_max_bytes, (size_t)8192);
+    setenv("RING_ALGO", "ring", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.algo, RING__ALGO_RING);
+    setenv("RING_ALGO", "tree", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring__tls_errbuf(), "RING_ALGO"), "%s", ring__tls_errbuf());
+    clear_env();
+}
+
+Test(pair, counts_on_both_sides_of_the_rd_threshold_are_a_mismatch)
+{
+    clear_env();
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    /* 100 floats go by recursive doubling, 100000 by the ring: the two ranks run different
+     * algorithms over the same connections, and both must still say "mismatch". */
+    static float b0[100000], b1[100000];
+    allreduce_both_mismatch(c0, 100, b0, c1, 100000, b1);
+    const char *m = ring_comm_last_error(c0);
+    cr_assert(strstr(m, "count=100,") && strstr(m, "count=100000") && strstr(m, "recursive doubling") && strstr(m, "[ring]"),
+              "message shows both sides: %s", m);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+}
+
+typedef struct p2p_arg {
+    ring_comm_t *comm;
+    ring_result_t rc;
+    unsigned char out[3000], in[3000];
+} p2p_arg;
+
+static void *p2p_thread(void *v)
+{
+    p2p_arg *a = v;
+    int me = ring_comm_rank(a->comm), peer = 1 - me;
+    for (int i = 0; i < 3000; i++) a->out[i] = (unsigned char)(i * 7 + me);
+    /* Both sides list send before receive: a simultaneous exchange must not deadlock. */
+    ring__p2p_op_t ops[3] = {
+        {.peer = peer, .is_send = 1, .buf = a->out, .len = 1000},
+        {.peer = peer, .is_send = 1, .buf = a->out + 1000, .len = 2000},
+        {.peer = peer, .is_send = 0, .buf = a->in, .len = 1000},
+    };
+    a->rc = ring__p2p_connect(a->comm, &peer, 1);
+    if (a->rc == RING_OK) a->rc = ring__p2p_run(a->comm, ops, 3);
+    ring__p2p_op_t rest = {.peer = peer, .is_send = 0, .buf = a->in + 1000, .len = 2000};
+    if (a->rc == RING_OK) a->rc = ring__p2p_run(a->comm, &rest, 1);
+    return NULL;
+}
+
+Test(pair, p2p_exchange_in_order)
+{
+    clear_env();
+    ring_comm_t *c[2];
+    init_pair(&c[0], &c[1]);
+    p2p_arg *a = calloc(2, sizeof *a);
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        a[r].comm = c[r];
+        pthread_create(&t[r], NULL, p2p_thread, &a[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s", r, ring_comm_last_error(c[r]));
+        cr_assert(!memcmp(a[r].in, a[1 - r].out, 3000), "rank %d received other bytes than were sent", r);
+    }
+    /* A rank that is not connected, and a peer out of range, are argument errors. */
+    ring__p2p_op_t bad = {.peer = 5, .is_send = 1, .buf = a[0].out, .len = 1};
+    cr_assert_eq(ring__p2p_run(c[0], &bad, 1), RING_ERR_INVALID_ARG);
+    free(a);
+    ring_comm_destroy(c[0]);
+    ring_comm_destroy(c[1]);
+}
+
+Test(pair, p2p_timeout_names_the_peer)
+{
+    clear_env();
+    setenv("RING_TIMEOUT_MS", "1000", 1);
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    unsigned char b[8];
+    ring__p2p_op_t op = {.peer = 1, .is_send = 0, .buf = b, .len = sizeof b};
+    ring_result_t r = ring__p2p_run(c0, &op, 1);
+    cr_assert_eq(r, RING_ERR_TIMEOUT, "got %s", ring_result_name(r));
+    cr_assert(strstr(ring_comm_last_error(c0), "from rank 1"), "%s", ring_comm_last_error(c0));
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+    clear_env();
 }

@@ -32,12 +32,12 @@
 #include "wire.h"
 #include "transport.h"
 
-#define DESC_LEN 40
+#define DESC_LEN RING__DESC_LEN
 #define DESC_MAGIC 0x5247504fu /* "RGOP" */
 #define MAX_POLL (2 * 16 + 1)
 
 /* Fields that do not apply to a collective are zeroed so that they never cause a mismatch. */
-static void desc_build(unsigned char *b, const ring__opdesc_t *op)
+void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo)
 {
     int red = op->coll == RING__COLL_ALLREDUCE || op->coll == RING__COLL_REDUCE_SCATTER;
     ring__put32(b, DESC_MAGIC);
@@ -47,7 +47,7 @@ static void desc_build(unsigned char *b, const ring__opdesc_t *op)
     ring__put32(b + 24, op->coll == RING__COLL_BARRIER ? 0 : (uint32_t)op->dtype);
     ring__put32(b + 28, red ? (uint32_t)op->op : 0);
     ring__put32(b + 32, op->coll == RING__COLL_BROADCAST ? (uint32_t)op->root : 0);
-    ring__put32(b + 36, 0);
+    ring__put32(b + 36, (uint32_t)algo);
 }
 
 static void desc_str(const unsigned char *b, char *out, size_t len)
@@ -55,6 +55,8 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
     ring__coll_t c = (ring__coll_t)ring__get32(b + 4);
     unsigned long long seq = (unsigned long long)ring__get64(b + 8), count = (unsigned long long)ring__get64(b + 16);
     const char *dt = ring__dtype_name((ring_dtype_t)ring__get32(b + 24));
+    uint32_t algo = ring__get32(b + 36);
+    size_t n;
     switch (c) {
     case RING__COLL_ALLREDUCE:
     case RING__COLL_REDUCE_SCATTER:
@@ -71,20 +73,22 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
         snprintf(out, len, "#%llu %s", seq, ring__coll_name(c));
         break;
     }
+    n = strlen(out);
+    if (n < len) snprintf(out + n, len - n, " [%s]", algo == RING__ALGO_RD ? "recursive doubling" : "ring");
 }
 
-static ring_result_t desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs)
+ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
+                               const char *relation, const char *who)
 {
     if (ring__get32(theirs) != DESC_MAGIC)
-        return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected",
-                            comm->peer_desc[0]);
+        return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected", who);
     if (!memcmp(mine, theirs, DESC_LEN)) return RING_OK;
     char a[160], b[160];
     desc_str(mine, a, sizeof a);
     desc_str(theirs, b, sizeof b);
     return ring__seterr(comm, RING_ERR_MISMATCH,
-                        "collective mismatch: this rank (%d) called %s but its left neighbour %s called %s",
-                        comm->rank, a, comm->peer_desc[0], b);
+                        "collective mismatch: this rank (%d) called %s but its %s %s called %s", comm->rank, a,
+                        relation, who, b);
 }
 
 void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op, int nseg, int balanced,
@@ -123,7 +127,7 @@ static ring_result_t ensure_state(ring_comm_t *comm, int depth)
     return RING_OK;
 }
 
-static ring_result_t ensure_scratch(ring_comm_t *comm, size_t bytes)
+ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes)
 {
     if (comm->scratch_bytes >= bytes) return RING_OK;
     free(comm->scratch);
@@ -174,7 +178,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     int64_t last = ring__now_ns();
     const int64_t spin_ns = (int64_t)comm->params.spin_us * 1000;
 
-    RING_CHECK(ensure_scratch(comm, (size_t)depth * slot_bytes));
+    RING_CHECK(ring__scratch_ensure(comm, (size_t)depth * slot_bytes));
     RING_CHECK(ensure_state(comm, depth));
     sent = comm->engine_mem;
     recvd = sent + depth;
@@ -182,7 +186,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     freeslots = (int *)(hold + depth);
     for (int i = depth - 1; i >= 0; i--) freeslots[nfree++] = i;
 
-    desc_build(mydesc, s->op);
+    ring__desc_build(mydesc, s->op, RING__ALGO_RING);
     RING_CHECK(tp->isend(sc, mydesc, DESC_LEN, NULL, &dsend));
     RING_CHECK(tp->irecv(rc_, theirdesc, DESC_LEN, NULL, &drecv));
     if (!dsend || !drecv) {
@@ -257,7 +261,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
             RING_CHECK(tp->test(drecv, &done));
             if (done) {
                 drecv = NULL;
-                RING_CHECK(desc_check(comm, mydesc, theirdesc));
+                RING_CHECK(ring__desc_check(comm, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]));
                 got_desc = 1;
                 busy = 1;
             }

@@ -52,12 +52,32 @@ ring_result_t ring__engine_run(ring__sched_t *s);
 void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op, int nseg, int balanced,
                       int nsteps, int single_lane);
 
+/*
+ * The collective descriptor every algorithm exchanges before data: sequence number,
+ * collective, count, dtype, op, root and algorithm (RING__ALGO_RING / RING__ALGO_RD), with
+ * fields that do not apply zeroed. check() returns RING_ERR_MISMATCH with both sides spelled
+ * out ("its <relation> <who> called ..."), RING_ERR_PROTOCOL for garbage.
+ */
+#define RING__DESC_LEN 40
+void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
+ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
+                               const char *relation, const char *who);
+
+/* comm->scratch of at least `bytes` (page-aligned, kept and reused). */
+ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes);
+
 /* Algorithms (one file each). */
 ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__barrier_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+/* Recursive doubling (rd.c): allreduce of small buffers, and barrier (count 0). */
+ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op);
+ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op);
+/* The peers recursive doubling exchanges with (fold partner and hypercube partners);
+ * returns how many were written to out (at most 2 + log2(nranks)). */
+int ring__rd_partners(int rank, int nranks, int *out);
 
 /* Run one validated operation (dispatch by collective; handles nranks == 1). */
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op);

@@ -86,12 +86,17 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
             memmove(op->recvbuf, op->sendbuf, bytes);
         return RING_OK;
     }
+    int algo = comm->params.algo;
     switch (op->coll) {
-    case RING__COLL_ALLREDUCE: return ring__allreduce_ring(comm, op);
+    case RING__COLL_ALLREDUCE:
+        if (algo == RING__ALGO_RD ||
+            (algo == RING__ALGO_AUTO && op->count * ring_dtype_size(op->dtype) <= comm->params.rd_max_bytes))
+            return ring__allreduce_rd(comm, op);
+        return ring__allreduce_ring(comm, op);
     case RING__COLL_REDUCE_SCATTER: return ring__reduce_scatter_ring(comm, op);
     case RING__COLL_ALLGATHER: return ring__allgather_ring(comm, op);
     case RING__COLL_BROADCAST: return ring__broadcast_ring(comm, op);
-    case RING__COLL_BARRIER: return ring__barrier_ring(comm, op);
+    case RING__COLL_BARRIER: return algo == RING__ALGO_RING ? ring__barrier_ring(comm, op) : ring__barrier_rd(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
 }

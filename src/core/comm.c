@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "log.h"
 #include "net.h"
+#include "p2p.h"
 #include "param.h"
 #include "transport.h"
 
@@ -134,23 +135,19 @@ ring_result_t ring_test(ring_request_t *req, int *done)
 static void release_network(ring_comm_t *comm)
 {
     if (comm->tp) {
-        comm->tp->close(comm->send_right);
-        comm->tp->close(comm->recv_left);
+        for (int r = 0; comm->conn_send && r < comm->nranks; r++) comm->tp->close(comm->conn_send[r]);
+        for (int r = 0; comm->conn_recv && r < comm->nranks; r++) comm->tp->close(comm->conn_recv[r]);
+        if (comm->lcomm) comm->tp->close_listen(comm->lcomm);
         comm->tp->fini(comm->tp_ctx);
     }
-    comm->send_right = comm->recv_left = comm->tp_ctx = NULL;
+    free(comm->conn_send);
+    free(comm->conn_recv);
+    free(comm->peers);
+    comm->conn_send = comm->conn_recv = NULL;
+    comm->peers = NULL;
+    comm->send_right = comm->recv_left = comm->tp_ctx = comm->lcomm = NULL;
     ring__bootstrap_close(comm->bs);
     comm->bs = NULL;
-}
-
-static void peer_desc(char *out, size_t len, int rank, const ring__peer_info_t *pi)
-{
-    ring__sockaddr_t a;
-    memset(&a, 0, sizeof a);
-    memcpy(&a.ss, pi->addr.data, RING__MIN(pi->addr.len, sizeof a.ss));
-    a.len = pi->addr.len;
-    char b[80];
-    snprintf(out, len, "rank %d (%s on %s)", rank, ring__addr_str(&a, b, sizeof b), pi->host);
 }
 
 static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
@@ -159,7 +156,6 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     const ring__transport_t *tp = &ring__tcp_transport;
     ring__sockaddr_t root, local;
     ring__peer_info_t mine, *all = NULL;
-    void *lcomm = NULL;
     char ifname[64], b[80], b2[80];
     int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
     int n = comm->nranks;
@@ -171,7 +167,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     comm->tp = tp;
     RING_CHECK(tp->init(comm, &comm->tp_ctx));
     memset(&mine, 0, sizeof mine);
-    RING_CHECK(tp->listen(comm->tp_ctx, &mine.addr, &lcomm));
+    RING_CHECK(tp->listen(comm->tp_ctx, &mine.addr, &comm->lcomm));
     ring__host_identity(&mine);
     {
         ring__sockaddr_t la;
@@ -187,41 +183,33 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
                  "RING_SECRET is not set: connections are checked against a built-in default secret only");
     all = calloc((size_t)n, sizeof *all);
-    if (!all) {
+    comm->conn_send = calloc((size_t)n, sizeof *comm->conn_send);
+    comm->conn_recv = calloc((size_t)n, sizeof *comm->conn_recv);
+    if (!all || !comm->conn_send || !comm->conn_recv) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
         goto fail;
     }
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, all, deadline));
 
+    comm->peers = all;
+    all = NULL;
     comm->left = ring__mod_int(comm->rank - 1, n);
     comm->right = ring__mod_int(comm->rank + 1, n);
-    peer_desc(comm->peer_desc[0], sizeof comm->peer_desc[0], comm->left, &all[comm->left]);
-    peer_desc(comm->peer_desc[1], sizeof comm->peer_desc[1], comm->right, &all[comm->right]);
-    for (;;) {
-        if (!comm->send_right) RING_CHECK(tp->connect(comm->tp_ctx, &all[comm->right].addr, comm->right, &comm->send_right));
-        if (!comm->recv_left) RING_CHECK(tp->accept(lcomm, comm->left, &comm->recv_left));
-        if (comm->send_right && comm->recv_left) break;
-        if (atomic_load(&comm->aborted)) {
-            rc = ring__seterr(comm, RING_ERR_ABORTED, "init aborted while connecting the ring");
-            goto fail;
-        }
-        if (ring__now_ns() > deadline) {
-            rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                              "timed out after %d ms connecting the ring: connection to right neighbour %s %s, "
-                              "connection from left neighbour %s %s",
-                              comm->params.timeout_ms, comm->peer_desc[1], comm->send_right ? "done" : "NOT established",
-                              comm->peer_desc[0], comm->recv_left ? "done" : "NOT established");
-            goto fail;
-        }
-        struct pollfd fds[64];
-        int nf = tp->listen_pollfds(lcomm, fds, 63);
-        fds[nf++] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
-        poll(fds, (nfds_t)nf, 10);
+    ring__peer_desc(comm, comm->left, comm->peer_desc[0], sizeof comm->peer_desc[0]);
+    ring__peer_desc(comm, comm->right, comm->peer_desc[1], sizeof comm->peer_desc[1]);
+    RING_CHECK(ring__conn_establish(comm, &comm->right, 1, &comm->left, 1, deadline));
+    comm->send_right = comm->conn_send[comm->right];
+    comm->recv_left = comm->conn_recv[comm->left];
+    /* Recursive doubling's partners, whatever RING_ALGO says on this rank, so that ranks with
+     * different settings still finish init (the descriptor check then names the difference). */
+    {
+        int partners[34];
+        int np = ring__rd_partners(comm->rank, n, partners);
+        RING_CHECK(ring__conn_establish(comm, partners, np, partners, np, deadline));
     }
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s, right %s", comm->peer_desc[0],
              comm->peer_desc[1]);
 fail:
-    if (lcomm) tp->close_listen(lcomm);
     free(all);
     return rc;
 }

@@ -66,6 +66,9 @@ struct ring_request {
 struct ring__transport;
 struct ring__bootstrap;
 
+/* Algorithm choice (RING_ALGO): by size, or forced. */
+enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD };
+
 typedef struct ring__params {
     int timeout_ms;
     size_t chunk_bytes;
@@ -74,6 +77,8 @@ typedef struct ring__params {
     size_t sockbuf_bytes;
     int spin_us; /* busy-poll this long after the last progress before sleeping in poll() */
     int port_lo, port_hi; /* data listen port range; 0,0 = ephemeral */
+    int algo;             /* RING__ALGO_*: RING_ALGO */
+    size_t rd_max_bytes;  /* auto: recursive doubling up to this many bytes (RING_RD_MAX_BYTES) */
     uint8_t secret[16];
     int secret_set;
     char ifname[128];
@@ -111,12 +116,16 @@ struct ring_comm {
     unsigned data_addr_len;
     uint64_t job_nonce;
 
-    /* Bootstrap star (kept for the communicator's lifetime) and ring connections. */
+    /* Bootstrap star and rank table, the data listener and the connections, all kept for the
+     * communicator's lifetime (so point-to-point connections can be added later, p2p.h). */
     struct ring__bootstrap *bs;
+    struct ring__peer_info *peers; /* every rank's data address and host identity */
     const struct ring__transport *tp;
     void *tp_ctx;
-    void *send_right; /* transport send connection to rank+1 */
-    void *recv_left;  /* transport receive connection from rank-1 */
+    void *lcomm;
+    void **conn_send, **conn_recv; /* by rank, NULL where not connected */
+    void *send_right; /* = conn_send[right] */
+    void *recv_left;  /* = conn_recv[left] */
     int left, right;
     char peer_desc[2][160]; /* "rank 3 (10.0.0.4:40123)" for left [0] and right [1] */
 

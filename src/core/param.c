@@ -185,6 +185,16 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     p->spin_us = (int)v;
     p->sockbuf_bytes = 0;
     RING_CHECK(env_size("RING_SOCKBUF_BYTES", 0, (size_t)1 << 30, &p->sockbuf_bytes));
+    p->rd_max_bytes = RING__DEFAULT_RD_MAX_BYTES;
+    RING_CHECK(env_size("RING_RD_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->rd_max_bytes));
+    const char *algo = getenv("RING_ALGO");
+    p->algo = RING__ALGO_AUTO;
+    if (algo && *algo) {
+        if (!strcmp(algo, "ring")) p->algo = RING__ALGO_RING;
+        else if (!strcmp(algo, "rd")) p->algo = RING__ALGO_RD;
+        else if (strcmp(algo, "auto") != 0)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_ALGO=\"%s\": expected ring, rd or auto", algo);
+    }
     const char *pr = getenv("RING_PORT_RANGE");
     if (pr && *pr && ring__parse_port_range(pr, &p->port_lo, &p->port_hi) != 0)
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_PORT_RANGE=\"%s\": expected lo-hi, e.g. 50000-50100", pr);

@@ -110,8 +110,11 @@ typedef struct tcp_listen {
     ring__sockaddr_t addr;
     pending pend[MAX_PENDING];
     int npend;
-    int fds[RING__MAX_NSOCKS]; /* authenticated sockets of the expected peer, by index */
-    int have;
+    /* Authenticated sockets, by sender rank and socket index, held until accept() asks for
+     * that rank: peers may connect in any order and before we expect them. */
+    int (*fds)[RING__MAX_NSOCKS];
+    int *have;
+    int nranks;
 } tcp_listen;
 
 static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
@@ -152,11 +155,23 @@ static ring_result_t tcp_listen_open(void *vctx, ring__tp_addr_t *addr, void **l
     if (!l) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
     l->ctx = ctx;
     l->fd = -1;
-    for (int i = 0; i < RING__MAX_NSOCKS; i++) l->fds[i] = -1;
+    l->nranks = comm->nranks;
+    l->fds = malloc((size_t)l->nranks * sizeof *l->fds);
+    l->have = calloc((size_t)l->nranks, sizeof *l->have);
+    if (!l->fds || !l->have) {
+        free(l->fds);
+        free(l->have);
+        free(l);
+        return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    }
+    for (int r = 0; r < l->nranks; r++)
+        for (int i = 0; i < RING__MAX_NSOCKS; i++) l->fds[r][i] = -1;
     memcpy(&l->addr.ss, &comm->data_addr, comm->data_addr_len);
     l->addr.len = comm->data_addr_len;
     ring_result_t rc = ring__listen(comm, &l->addr, 0, comm->params.port_lo, comm->params.port_hi, &l->fd);
     if (rc != RING_OK) {
+        free(l->fds);
+        free(l->have);
         free(l);
         return rc;
     }
@@ -172,8 +187,11 @@ static void tcp_close_listen(void *vl)
     if (!l) return;
     if (l->fd >= 0) close(l->fd);
     for (int i = 0; i < l->npend; i++) close(l->pend[i].fd);
-    for (int i = 0; i < RING__MAX_NSOCKS; i++)
-        if (l->fds[i] >= 0) close(l->fds[i]);
+    for (int r = 0; r < l->nranks; r++)
+        for (int i = 0; i < RING__MAX_NSOCKS; i++)
+            if (l->fds[r][i] >= 0) close(l->fds[r][i]);
+    free(l->fds);
+    free(l->have);
     free(l);
 }
 
@@ -301,6 +319,8 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
     tcp_ctx *ctx = l->ctx;
     ring_comm_t *comm = ctx->comm;
     *rp = NULL;
+    if (peer < 0 || peer >= l->nranks || peer == comm->rank)
+        return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: accept from invalid rank %d", peer);
     int64_t now = ring__now_ns();
     for (;;) {
         ring__sockaddr_t from;
@@ -344,29 +364,29 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
         else if (!ring__secret_equal(h + 8, comm->params.secret, 16)) why = "wrong job secret";
         else if (ring__get64(h + 32) != comm->job_nonce) why = "belongs to another job instance";
         else if ((ver >> 16) != (uint32_t)ctx->nsocks) why = "RING_NSOCKS differs between ranks";
-        else if (rank != (uint32_t)peer) why = "unexpected sender rank";
-        else if (idx >= (uint32_t)ctx->nsocks || l->fds[idx] >= 0) why = "bad or duplicate socket index";
+        else if (rank >= (uint32_t)l->nranks || rank == (uint32_t)comm->rank) why = "sender rank out of range";
+        else if (idx >= (uint32_t)ctx->nsocks || l->fds[rank][idx] >= 0) why = "bad or duplicate socket index";
         if (why) {
             drop_pending(l, i, why);
             continue;
         }
-        l->fds[idx] = p->fd;
-        l->have++;
+        l->fds[rank][idx] = p->fd;
+        l->have[rank]++;
         l->pend[i] = l->pend[--l->npend];
     }
-    if (l->have < ctx->nsocks) return RING_OK;
+    if (l->have[peer] < ctx->nsocks) return RING_OK;
 
     ring__sockaddr_t pa;
     pa.len = sizeof pa.ss;
-    getpeername(l->fds[0], (struct sockaddr *)&pa.ss, &pa.len);
+    getpeername(l->fds[peer][0], (struct sockaddr *)&pa.ss, &pa.len);
     tcp_conn *c = conn_new(ctx, 0, peer, &pa);
     if (!c) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
     for (int i = 0; i < ctx->nsocks; i++) {
-        c->q[i].fd = l->fds[i];
-        l->fds[i] = -1;
+        c->q[i].fd = l->fds[peer][i];
+        l->fds[peer][i] = -1;
         ring__sock_tune(c->q[i].fd, ctx->sockbuf);
     }
-    l->have = 0;
+    l->have[peer] = 0;
     RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: accepted %s with %d socket(s)", c->desc, c->nsocks);
     *rp = c;
     return RING_OK;

@@ -1,0 +1,136 @@
+/*
+ * Recursive doubling: the latency-optimal all-reduce for small buffers, and the barrier.
+ *
+ * N ranks, p = the largest power of two <= N, rem = N - p.
+ *  1. Fold: ranks r < 2·rem pair up, r even with r+1. The even rank sends its buffer to r+1
+ *     and waits for the result; r+1 combines (the even rank's data as the first operand). The
+ *     p ranks left take virtual ranks v = r/2 (odd r < 2·rem) or r - rem.
+ *  2. log2(p) rounds: in round k, v swaps its whole current buffer with v ^ 2^k and both
+ *     compute lower ⊕ higher (ordered by v), so partners hold identical bits after every
+ *     round and all p ranks do after the last; AVG divides in the last round, once.
+ *  3. Unfold: r+1 sends the result to the even rank r.
+ * Every data message is preceded by the 40-byte collective descriptor (engine.h), checked by
+ * the receiver before it accepts the data, so a mismatched call fails with both sides named.
+ * The barrier is the same exchange pattern with descriptors only.
+ *
+ * Bytes on the wire per rank for S bytes: S·log2(p) each way (plus S once each way on fold
+ * pairs), in log2(p) (+2 on fold pairs) messages of 16 + S bytes and as many descriptors;
+ * time ~ (log2(p) + 2·[rem > 0])·(α + S/B), against the ring's 2(N-1)·α + 2(N-1)/N·S/B: a win
+ * while α dominates (small S), a loss for large S, hence RING_RD_MAX_BYTES.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+#include "p2p.h"
+#include "reduce.h"
+
+static int pow2_floor(int n)
+{
+    int p = 1;
+    while (p <= n / 2) p *= 2;
+    return p;
+}
+
+static int real_rank(int v, int rem) { return v < rem ? 2 * v + 1 : v + rem; }
+
+int ring__rd_partners(int rank, int nranks, int *out)
+{
+    int p = pow2_floor(nranks), rem = nranks - p, k = 0;
+    if (rank < 2 * rem) {
+        out[k++] = rank ^ 1;
+        if (rank % 2 == 0) return k;
+    }
+    int v = rank < 2 * rem ? rank / 2 : rank - rem;
+    for (int mask = 1; mask < p; mask <<= 1) out[k++] = real_rank(v ^ mask, rem);
+    return k;
+}
+
+/*
+ * One exchange with peer: send (descriptor, then data unless empty) if do_send, receive
+ * (descriptor, then data) if do_recv, all posted at once so that both messages travel in one
+ * write and are read back to back. If the peer's call differs, the descriptor arrives first
+ * (messages on a connection are in order), so a data length error from the transport is
+ * reported as the mismatch it is; with equal lengths the data lands in rbuf, which is either
+ * scratch or a result the caller gets an error for.
+ */
+static ring_result_t xchg(ring_comm_t *comm, const unsigned char *mydesc, int peer, int do_send, const void *sbuf,
+                          int do_recv, void *rbuf, size_t bytes)
+{
+    ring_result_t rc = RING_OK;
+    unsigned char theirs[RING__DESC_LEN];
+    ring__p2p_op_t ops[4];
+    int n = 0;
+    char who[160];
+    memset(theirs, 0, sizeof theirs);
+    if (do_send) {
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
+        if (bytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = bytes};
+    }
+    if (do_recv) {
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = theirs, .len = RING__DESC_LEN};
+        if (bytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = bytes};
+    }
+    rc = ring__p2p_run_locked(comm, ops, n);
+    if (do_recv && (rc == RING_OK || rc == RING_ERR_PROTOCOL || rc == RING_ERR_MISMATCH) && memcmp(theirs, mydesc, RING__DESC_LEN) != 0) {
+        ring__peer_desc(comm, peer, who, sizeof who);
+        ring_result_t dc = ring__desc_check(comm, mydesc, theirs, "recursive-doubling partner", who);
+        if (rc == RING_OK || dc == RING_ERR_MISMATCH) rc = dc;
+    }
+    return rc;
+}
+
+static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring_result_t rc = RING_OK;
+    const int n = comm->nranks, r = comm->rank;
+    const int p = pow2_floor(n), rem = n - p;
+    const int reduce = op->coll == RING__COLL_ALLREDUCE;
+    const size_t count = reduce ? op->count : 0;
+    const size_t bytes = count * ring_dtype_size(op->dtype);
+    unsigned char mydesc[RING__DESC_LEN];
+    char *acc = reduce ? op->recvbuf : NULL;
+    const char *cur = reduce ? op->sendbuf : NULL;
+    char *tmp = NULL;
+
+    ring__desc_build(mydesc, op, RING__ALGO_RD);
+    if (bytes) {
+        RING_CHECK(ring__scratch_ensure(comm, bytes));
+        tmp = comm->scratch;
+    }
+    if (r < 2 * rem && r % 2 == 0) {
+        RING_CHECK(xchg(comm, mydesc, r + 1, 1, cur, 0, NULL, bytes));
+        RING_CHECK(xchg(comm, mydesc, r + 1, 0, NULL, 1, acc, bytes));
+        goto fail;
+    }
+    int v = r - rem;
+    if (r < 2 * rem) {
+        RING_CHECK(xchg(comm, mydesc, r - 1, 0, NULL, 1, tmp, bytes));
+        if (count) ring__reduce(acc, tmp, cur, count, op->dtype, op->op);
+        cur = acc;
+        v = r / 2;
+    }
+    for (int mask = 1; mask < p; mask <<= 1) {
+        int pv = v ^ mask;
+        RING_CHECK(xchg(comm, mydesc, real_rank(pv, rem), 1, cur, 1, tmp, bytes));
+        if (count) {
+            const void *a = pv < v ? tmp : cur, *b = pv < v ? cur : tmp;
+            if (mask * 2 == p) ring__reduce_final(acc, a, b, count, op->dtype, op->op, n);
+            else ring__reduce(acc, a, b, count, op->dtype, op->op);
+        }
+        cur = acc;
+    }
+    if (r < 2 * rem) RING_CHECK(xchg(comm, mydesc, r - 1, 1, acc, 0, NULL, bytes));
+fail:
+    if (rc != RING_OK && rc != RING_ERR_MISMATCH) {
+        /* Name the operation, as the ring engine does; the detail names the peer. */
+        char detail[RING__ERRMSG_MAX];
+        snprintf(detail, sizeof detail, "%s", comm->errmsg);
+        ring__seterr(comm, rc, "%s #%llu (recursive doubling): %s", ring__coll_name(op->coll),
+                     (unsigned long long)op->seq, detail);
+    }
+    return rc;
+}
+
+ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op) { return rd_run(comm, op); }
+ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op) { return rd_run(comm, op); }

@@ -1,0 +1,252 @@
+/*
+ * Point-to-point connections and messages (p2p.h).
+ *
+ * Connecting: each side connects its send connection to the peer's listener and accepts the
+ * peer's into its receive connection; both directions are non-blocking, so any symmetric set of
+ * pairs completes without ordering constraints. The listener stays open for the
+ * communicator's lifetime; authenticated connections from a rank not yet asked for are held by
+ * the transport until they are.
+ *
+ * Running: ops are posted in list order per connection (a connection whose queue is full keeps
+ * its later ops back, others go on), then progress/test until all are done, sleeping in poll()
+ * on the connections and the abort eventfd after a short spin, like the ring engine.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "log.h"
+#include "p2p.h"
+#include "transport.h"
+
+#define MAX_FDS 64
+
+void ring__peer_desc(const ring_comm_t *comm, int rank, char *out, size_t len)
+{
+    const ring__peer_info_t *pi = &comm->peers[rank];
+    ring__sockaddr_t a;
+    memset(&a, 0, sizeof a);
+    memcpy(&a.ss, pi->addr.data, RING__MIN(pi->addr.len, sizeof a.ss));
+    a.len = pi->addr.len;
+    char b[80];
+    snprintf(out, len, "rank %d (%s on %s)", rank, ring__addr_str(&a, b, sizeof b), pi->host);
+}
+
+/* Take the communicator's engine like a blocking collective does (comm.c): wait until no
+ * operation runs or is queued, so that exactly one thing drives the connections. */
+static void engine_acquire(ring_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->mu);
+    while (comm->busy || comm->qhead) pthread_cond_wait(&comm->cv_done, &comm->mu);
+    comm->busy = 1;
+    pthread_mutex_unlock(&comm->mu);
+}
+
+static void engine_release(ring_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->mu);
+    comm->busy = 0;
+    if (comm->qhead) pthread_cond_signal(&comm->cv_work);
+    pthread_cond_broadcast(&comm->cv_done);
+    pthread_mutex_unlock(&comm->mu);
+}
+
+ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, const int *from, int nfrom,
+                                   int64_t deadline_ns)
+{
+    ring_result_t rc = RING_OK;
+    const ring__transport_t *tp = comm->tp;
+    for (int i = 0; i < nto + nfrom; i++) {
+        int p = i < nto ? to[i] : from[i - nto];
+        if (p < 0 || p >= comm->nranks)
+            return ring__seterr(comm, RING_ERR_INVALID_ARG, "connect: rank %d out of range [0, %d)", p, comm->nranks);
+    }
+    for (;;) {
+        int missing = 0;
+        for (int i = 0; i < nto; i++) {
+            int p = to[i];
+            if (p == comm->rank || comm->conn_send[p]) continue;
+            RING_CHECK(tp->connect(comm->tp_ctx, &comm->peers[p].addr, p, &comm->conn_send[p]));
+            missing += !comm->conn_send[p];
+        }
+        for (int i = 0; i < nfrom; i++) {
+            int p = from[i];
+            if (p == comm->rank || comm->conn_recv[p]) continue;
+            RING_CHECK(tp->accept(comm->lcomm, p, &comm->conn_recv[p]));
+            missing += !comm->conn_recv[p];
+        }
+        if (!missing) break;
+        if (atomic_load(&comm->aborted)) {
+            rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted while connecting to peers");
+            goto fail;
+        }
+        if (ring__now_ns() > deadline_ns) {
+            /* Name the first connection that is missing: that peer is the one to look at. */
+            char d[160];
+            int p = -1, send = 0;
+            for (int i = 0; i < nto && p < 0; i++)
+                if (to[i] != comm->rank && !comm->conn_send[to[i]]) p = to[i], send = 1;
+            for (int i = 0; i < nfrom && p < 0; i++)
+                if (from[i] != comm->rank && !comm->conn_recv[from[i]]) p = from[i];
+            ring__peer_desc(comm, p, d, sizeof d);
+            rc = ring__seterr(comm, RING_ERR_TIMEOUT,
+                              "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s",
+                              comm->params.timeout_ms, missing, send ? "connection to" : "connection from", d);
+            goto fail;
+        }
+        struct pollfd fds[MAX_FDS];
+        int nf = tp->listen_pollfds(comm->lcomm, fds, MAX_FDS - 1);
+        fds[nf++] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+        poll(fds, (nfds_t)nf, 10);
+    }
+fail:
+    return rc;
+}
+
+ring_result_t ring__p2p_connect(ring_comm_t *comm, const int *peers, int npeers)
+{
+    if (!comm || npeers < 0 || (npeers && !peers))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "p2p connect: bad arguments");
+    if (comm->nranks == 1) return RING_OK;
+    ring_result_t fc = ring__failed_result(comm, "p2p connect");
+    if (fc != RING_OK) return fc;
+    int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+    engine_acquire(comm);
+    ring_result_t rc = ring__conn_establish(comm, peers, npeers, peers, npeers, deadline);
+    engine_release(comm);
+    if (rc == RING_OK) {
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "p2p: connected with %d peer(s)", npeers);
+    } else {
+        ring__comm_fail(comm, rc);
+    }
+    return rc;
+}
+
+typedef struct slot {
+    void *req;
+    int posted, done;
+} slot;
+
+ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int nops)
+{
+    ring_result_t rc = RING_OK;
+    const ring__transport_t *tp = comm->tp;
+    slot st[RING__P2P_MAX_OPS];
+    void *conns[2 * RING__P2P_MAX_OPS];
+    int nconn = 0, ndone = 0;
+    int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
+    int64_t last = ring__now_ns();
+    const int64_t spin_ns = (int64_t)comm->params.spin_us * 1000;
+
+    if (nops < 0 || nops > RING__P2P_MAX_OPS || (nops && !ops))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "p2p: %d ops (at most %d)", nops, RING__P2P_MAX_OPS);
+    memset(st, 0, sizeof st);
+    for (int i = 0; i < nops; i++) {
+        int p = ops[i].peer;
+        if (p < 0 || p >= comm->nranks || p == comm->rank || (!ops[i].buf && ops[i].len))
+            return ring__seterr(comm, RING_ERR_INVALID_ARG, "p2p: op %d: bad peer %d or NULL buffer", i, p);
+        void *c = ops[i].is_send ? comm->conn_send[p] : comm->conn_recv[p];
+        if (!c)
+            return ring__seterr(comm, RING_ERR_INVALID_ARG, "p2p: no %s connection with rank %d (ring__p2p_connect first)",
+                                ops[i].is_send ? "send" : "receive", p);
+        int seen = 0; /* each connection once, for progress and poll */
+        for (int k = 0; k < nconn; k++) seen |= conns[k] == c;
+        if (!seen) conns[nconn++] = c;
+    }
+
+    while (ndone < nops) {
+        int busy = 0, moved = 0;
+        /* Post in list order per connection: an op waits while an earlier op on its
+         * connection is unposted, which keeps the n-th send matched with the n-th receive. */
+        void *blocked[2 * RING__P2P_MAX_OPS];
+        int nblocked = 0;
+        for (int i = 0; i < nops; i++) {
+            if (st[i].posted) continue;
+            ring__p2p_op_t *o = &ops[i];
+            void *c = o->is_send ? comm->conn_send[o->peer] : comm->conn_recv[o->peer];
+            int isblocked = 0;
+            for (int k = 0; k < nblocked; k++) isblocked |= blocked[k] == c;
+            if (isblocked) continue;
+            if (o->is_send) RING_CHECK(tp->isend(c, o->buf, o->len, NULL, &st[i].req));
+            else RING_CHECK(tp->irecv(c, o->buf, o->len, NULL, &st[i].req));
+            if (!st[i].req) {
+                blocked[nblocked++] = c;
+                continue;
+            }
+            st[i].posted = 1;
+            busy = 1;
+        }
+        for (int k = 0; k < nconn; k++) RING_CHECK(tp->progress(conns[k], &moved));
+        for (int i = 0; i < nops; i++) {
+            if (!st[i].posted || st[i].done) continue;
+            RING_CHECK(tp->test(st[i].req, &st[i].done));
+            if (st[i].done) {
+                st[i].req = NULL;
+                ndone++;
+                busy = 1;
+            }
+        }
+        if (ndone == nops) break;
+
+        int64_t now = ring__now_ns();
+        if (busy || moved) {
+            last = now;
+            continue;
+        }
+        /* Name the first unfinished op: in a chain of point-to-point steps, that is the
+         * peer this rank is waiting for. */
+        int w = 0;
+        while (w < nops && st[w].done) w++;
+        char d[160];
+        ring__peer_desc(comm, ops[w].peer, d, sizeof d);
+        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
+            rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted by ring_comm_abort while %s %zu bytes %s %s",
+                              ops[w].is_send ? "sending" : "receiving", ops[w].len, ops[w].is_send ? "to" : "from", d);
+            goto fail;
+        }
+        if (now - last > timeout_ns) {
+            rc = ring__seterr(comm, RING_ERR_TIMEOUT, "timed out: no progress for %d ms (RING_TIMEOUT_MS) while %s %zu bytes %s %s",
+                              comm->params.timeout_ms, ops[w].is_send ? "sending" : "receiving", ops[w].len,
+                              ops[w].is_send ? "to" : "from", d);
+            goto fail;
+        }
+        if (now - last < spin_ns) {
+            sched_yield();
+            continue;
+        }
+        struct pollfd fds[MAX_FDS];
+        int nf = 0;
+        int owner[MAX_FDS];
+        for (int k = 0; k < nconn && nf < MAX_FDS - 1; k++) {
+            int got = tp->pollfds(conns[k], fds + nf, MAX_FDS - 1 - nf);
+            for (int j = 0; j < got; j++) owner[nf + j] = k;
+            nf += got;
+        }
+        fds[nf] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+        int64_t left_ms = (timeout_ns - (now - last)) / 1000000 + 1;
+        int r = poll(fds, (nfds_t)nf + 1, (int)RING__MIN(left_ms, 1000));
+        if (r < 0 && errno != EINTR) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "p2p: poll");
+            goto fail;
+        }
+        for (int i = 0; r > 0 && i < nf; i++)
+            if (fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) RING_CHECK(tp->check(conns[owner[i]]));
+    }
+fail:
+    return rc;
+}
+
+ring_result_t ring__p2p_run(ring_comm_t *comm, ring__p2p_op_t *ops, int nops)
+{
+    if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "p2p: comm is NULL");
+    ring_result_t rc = ring__failed_result(comm, "p2p");
+    if (rc != RING_OK) return rc;
+    engine_acquire(comm);
+    rc = ring__p2p_run_locked(comm, ops, nops);
+    engine_release(comm);
+    if (rc != RING_OK) ring__comm_fail(comm, rc);
+    return rc;
+}

@@ -1,0 +1,60 @@
+/*
+ * Point-to-point messages between any two ranks, below the collectives. Used by the latency
+ * algorithms (recursive doubling, binomial trees) and by perf tools (link probes, the
+ * parameter-server baseline). Internal: not exported from the shared library; programs that
+ * need it link the static internal library.
+ *
+ * Every rank keeps its data listener open for the communicator's lifetime, so connections to
+ * peers other than the ring neighbours can be added after init without another address
+ * exchange. Connections are one-way and shared with the ring: the ring's send connection to
+ * rank+1 is the same object as the point-to-point send connection to rank+1.
+ */
+#ifndef RING_P2P_H
+#define RING_P2P_H
+
+#include <stddef.h>
+
+#include "internal.h"
+
+typedef struct ring__p2p_op {
+    int peer;    /* rank, != own rank */
+    int is_send; /* 1: send buf to peer, 0: receive from peer into buf */
+    void *buf;   /* not written for sends */
+    size_t len;  /* bytes; must equal the length of the matching op on the peer (0 is allowed) */
+} ring__p2p_op_t;
+
+/*
+ * Collective over every rank of comm: open a send and a receive connection with each of
+ * peers[0..npeers) that does not have them yet. The relation must be symmetric (if rank a lists
+ * b, rank b lists a); duplicates and the own rank are ignored. Bounded by RING_TIMEOUT_MS and
+ * ring_comm_abort. Must not run while a collective is in flight on comm.
+ */
+ring_result_t ring__p2p_connect(ring_comm_t *comm, const int *peers, int npeers);
+
+/*
+ * Post every op and drive them until all are complete. Ops to the same peer in the same
+ * direction are matched, in order, with the peer's ops in the opposite direction (the n-th
+ * send to p matches p's n-th receive from us), so both sides must list them in the same order.
+ * Sends and receives progress concurrently: {send to p, recv from p} on both sides is a
+ * deadlock-free exchange. Fails with RING_ERR_TIMEOUT after RING_TIMEOUT_MS without progress,
+ * RING_ERR_ABORTED after ring_comm_abort, RING_ERR_INVALID_ARG for a peer without a connection
+ * (call ring__p2p_connect first; the ring neighbours are always connected in the direction of
+ * the ring). At most 64 ops per call.
+ *
+ * Callable from the thread that owns comm when no _async operation is outstanding (it takes
+ * the communicator's engine like a blocking collective does); the library's own algorithms
+ * use ring__p2p_run_locked, which assumes the engine is already held.
+ */
+ring_result_t ring__p2p_run(ring_comm_t *comm, ring__p2p_op_t *ops, int nops);
+ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int nops);
+
+#define RING__P2P_MAX_OPS 64
+
+/* Open send connections to to[0..nto) and accept receive connections from from[0..nfrom),
+ * skipping those that exist; until deadline_ns. Used by init (the ring) and p2p_connect. */
+ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, const int *from, int nfrom,
+                                   int64_t deadline_ns);
+/* "rank 3 (10.0.0.4:40123 on host)" from the bootstrap table. */
+void ring__peer_desc(const ring_comm_t *comm, int rank, char *out, size_t len);
+
+#endif
