@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -178,6 +179,14 @@ int main(int argc, char **argv)
             const char *v = getenv(argv[i]);
             say(STDOUT_FILENO, v ? "%s=%s\n" : "%s unset\n", argv[i], v ? v : "");
         }
+    } else if (!strcmp(mode, "cpus")) {
+        /* Placement, for --bind-to: how many CPUs this rank may run on, and the first one. */
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+        int first = -1;
+        for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+            if (CPU_ISSET(c, &set)) first = c;
+        say(STDOUT_FILENO, "NCPUS=%d\nFIRSTCPU=%d\n", CPU_COUNT(&set), first);
     } else if (!strcmp(mode, "lines")) {
         lines(arg_long(argc, argv, 2));
     } else if (!strcmp(mode, "long")) {

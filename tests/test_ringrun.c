@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -407,6 +408,55 @@ RR_TEST(env_four_ranks)
     cr_assert_str_neq(s1, s2, "two launches got the same secret");
 }
 
+static int parent_ncpus(void)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    return CPU_COUNT(&set);
+}
+
+RR_TEST(bind_to_core_gives_each_rank_its_own_cpu)
+{
+    int n = parent_ncpus() < 2 ? 1 : 2;
+    char ns[8];
+    snprintf(ns, sizeof ns, "%d", n);
+    const char *args[] = {"-n", ns, "--bind-to", "core", CHILD, "cpus", NULL};
+    run_t r;
+    run_to_end(&r, args, NULL, 10);
+    cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
+    char **lines;
+    size_t nl = split_lines(&r.b[0], &lines);
+    const char *first0 = env_value(lines, nl, 0, "FIRSTCPU");
+    for (int k = 0; k < n; k++) {
+        const char *c = env_value(lines, nl, k, "NCPUS");
+        cr_assert(c && !strcmp(c, "1"), "rank %d may run on %s CPUs", k, c ? c : "?");
+    }
+    if (n == 2) {
+        const char *first1 = env_value(lines, nl, 1, "FIRSTCPU");
+        cr_assert(first0 && first1 && strcmp(first0, first1), "both ranks on CPU %s", first0 ? first0 : "?");
+    }
+    free(lines);
+    free_run(&r);
+}
+
+RR_TEST(bind_to_none_leaves_the_cpu_set_alone)
+{
+    const char *args[] = {"-n", "2", "--bind-to", "none", CHILD, "cpus", NULL};
+    run_t r;
+    run_to_end(&r, args, NULL, 10);
+    cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
+    char **lines;
+    size_t nl = split_lines(&r.b[0], &lines);
+    char want[16];
+    snprintf(want, sizeof want, "%d", parent_ncpus());
+    for (int k = 0; k < 2; k++) {
+        const char *c = env_value(lines, nl, k, "NCPUS");
+        cr_assert(c && !strcmp(c, want), "rank %d may run on %s CPUs, ringrun on %s", k, c ? c : "?", want);
+    }
+    free(lines);
+    free_run(&r);
+}
+
 RR_TEST(secret_from_environment_is_kept)
 {
     const char *args[] = {"-n", "4", CHILD, "env", NULL};
@@ -677,6 +727,8 @@ RR_TEST(usage_errors)
         {"-n", "2", "-x", "NOEQUALS", CHILD, NULL},
         {"-n", "2", "--timeout", "soon", CHILD, NULL},
         {"-n", "2", "--bogus", CHILD, NULL},
+        {"-n", "2", "--bind-to", "socket", CHILD, NULL},
+        {"-n", "100000", "--bind-to", "core", CHILD, NULL}, /* more ranks than CPUs */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         run_t r;
