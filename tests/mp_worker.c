@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -772,6 +773,96 @@ static int scenario_backtoback(uint64_t seed)
     return rc;
 }
 
+/* ---- faults: one rank is SIGKILLed at a random moment ---- */
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long g_kill_after_us;
+
+/* The victim's killer: records when it pulls the trigger (CLOCK_MONOTONIC is shared by every
+ * process of the host, so the survivors' error times can be compared with it). */
+static void *killer_main(void *arg)
+{
+    (void)arg;
+    sleep_us(g_kill_after_us);
+    char name[64], val[64];
+    snprintf(name, sizeof name, "kill.%d", g_rank);
+    snprintf(val, sizeof val, "%lld\n", (long long)mono_ns());
+    write_outfile(name, val);
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+/*
+ * Every rank runs random collectives (random kind, size, dtype) until one fails; the victim
+ * (chosen by the seed) is killed from a thread at a random time, so the death lands at any
+ * point of any collective. A survivor writes err.<rank>: "<ns> <code> <message>" for its first
+ * error, checks that the next call fails at once with the same code, and exits 0; the harness
+ * compares the times with kill.<victim> and checks that the message names the victim.
+ */
+static int scenario_faults(uint64_t seed)
+{
+    rng_t r = rng_make(seed, 11);
+    int victim = (int)rng_below(&r, (uint64_t)g_nranks);
+    g_kill_after_us = (long)rng_below(&r, 300000);
+    ring_comm_t *comm = init_comm_env();
+    static const size_t sizes[] = {0, 1, 7, 1000, 4099, 65536, 1 << 20};
+    size_t maxcount = ((size_t)1 << 20) * (size_t)g_nranks;
+    float *a = calloc(maxcount, sizeof *a), *b = calloc(maxcount, sizeof *b);
+    if (!a || !b) return EXIT_SETUP;
+    if (g_rank == victim) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, killer_main, NULL) != 0) return EXIT_SETUP;
+    }
+    double t0 = now_s();
+    ring_result_t rc = RING_OK;
+    long done = 0;
+    while (rc == RING_OK && now_s() - t0 < 30) {
+        size_t cnt = sizes[rng_below(&r, sizeof sizes / sizeof *sizes)];
+        switch (rng_below(&r, 6)) {
+        case 0:
+        case 1: rc = ring_allreduce(comm, a, b, cnt, RING_FLOAT32, RING_SUM); break;
+        case 2: rc = ring_reduce_scatter(comm, a, b, cnt, RING_FLOAT32, RING_MAX); break;
+        case 3: rc = ring_allgather(comm, a, b, cnt, RING_FLOAT32); break;
+        case 4: rc = ring_broadcast(comm, a, cnt, RING_FLOAT32, (int)rng_below(&r, (uint64_t)g_nranks)); break;
+        default: {
+            ring_request_t *q = NULL;
+            rc = ring_allreduce_async(comm, a, b, cnt, RING_FLOAT32, RING_MIN, &q);
+            if (rc == RING_OK) rc = ring_wait(q);
+        }
+        }
+        done++;
+    }
+    int64_t t_err = mono_ns();
+    if (rc == RING_OK) {
+        wlog("no error after %ld collectives in 30 s although rank %d was killed after %ld us", done, victim,
+             g_kill_after_us);
+        return EXIT_CHECK;
+    }
+    char name[64], val[1400];
+    snprintf(name, sizeof name, "err.%d", g_rank);
+    snprintf(val, sizeof val, "%lld %s %s\n", (long long)t_err, ring_result_name(rc), ring_comm_last_error(comm));
+    write_outfile(name, val);
+    int64_t t1 = mono_ns();
+    ring_result_t again = ring_barrier(comm);
+    int64_t fast_us = (mono_ns() - t1) / 1000;
+    if (again != rc || fast_us > 100000) {
+        wlog("after the failure, ring_barrier returned %s in %lld us (expected %s at once)", ring_result_name(again),
+             (long long)fast_us, ring_result_name(rc));
+        return EXIT_CHECK;
+    }
+    ring_comm_destroy(comm);
+    free(a);
+    free(b);
+    write_checked(done);
+    return 0;
+}
+
 /* ---- float_random ---- */
 
 static int scenario_float_random(uint64_t seed)
@@ -1237,7 +1328,7 @@ static int env_int(const char *name)
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s matrix|float_random|threads|backtoback|barrier|large|errors [seed]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|float_random|threads|backtoback|barrier|large|errors|faults [seed]\n", argv[0]);
         return EXIT_SETUP;
     }
     g_scenario = argv[1];
@@ -1254,7 +1345,7 @@ int main(int argc, char **argv)
     } scenarios[] = {
         {"matrix", scenario_matrix},   {"float_random", scenario_float_random}, {"threads", scenario_threads},
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
-        {"errors", scenario_errors},
+        {"errors", scenario_errors}, {"faults", scenario_faults},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

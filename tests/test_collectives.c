@@ -45,7 +45,10 @@ typedef struct {
     const char *const *env; /* extra "NAME=value" entries, NULL-terminated; may be NULL */
     int deadline_s;
     int second_root; /* threads scenario: a second communicator needs its own root port */
+    int kill_ok;     /* faults scenario: a rank that SIGKILLed itself (left kill.<r>) is fine */
 } job_t;
+
+static int read_outfile(const char *dir, const char *name, char *buf, size_t len);
 
 typedef struct {
     int ok;
@@ -269,6 +272,11 @@ static void run_job_once(const job_t *job, job_result_t *res)
     size_t off = 0;
     for (int r = 0; r < n; r++) {
         int good = !killed[r] && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+        if (!good && job->kill_ok && !killed[r] && WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL) {
+            char name[32], buf[64];
+            snprintf(name, sizeof name, "kill.%d", r);
+            good = read_outfile(res->outdir, name, buf, sizeof buf);
+        }
         if (good) continue;
         res->ok = 0;
         if (off < sizeof res->msg)
@@ -428,6 +436,69 @@ Test(collectives, float_random_n7_rd, .timeout = 180)
 {
     static const char *const env[] = {"RING_ALGO=rd", NULL};
     run_float_random(7, 0xf707, env);
+}
+
+/*
+ * Fault injection: in each trial one random rank of 2..6 is SIGKILLed at a random moment of a
+ * random sequence of collectives (mp_worker "faults"). Every survivor must return an error
+ * naming the dead rank within 2 s of the kill, fail the next call at once, and exit cleanly;
+ * nothing may hang (the job deadline is far below the 300 s default timeout).
+ */
+#define FAULT_TRIALS 50
+/* splitmix64: trial parameters from one seed (RING_TEST_SEED perturbs it like every test). */
+static uint64_t next_rand(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+#define FAULT_BOUND_NS 2000000000LL
+
+Test(faults, kill_a_random_rank_at_a_random_point, .timeout = 600)
+{
+    uint64_t rs = seed_for(0xfa017);
+    double worst = 0;
+    for (int trial = 0; trial < FAULT_TRIALS; trial++) {
+        int n = 2 + (int)(next_rand(&rs) % 5);
+        uint64_t seed = next_rand(&rs);
+        job_t job = {.scenario = "faults", .nranks = n, .seed = seed, .deadline_s = 40, .kill_ok = 1};
+        job_result_t res;
+        run_job_once(&job, &res);
+        char kbuf[64] = "", name[32];
+        int victim = -1;
+        for (int r = 0; r < n && victim < 0; r++) {
+            snprintf(name, sizeof name, "kill.%d", r);
+            if (read_outfile(res.outdir, name, kbuf, sizeof kbuf)) victim = r;
+        }
+        char outdir[256];
+        snprintf(outdir, sizeof outdir, "%s", res.outdir);
+        if (!res.ok || victim < 0) remove_outdir(outdir);
+        cr_assert(res.ok, "trial %d (N=%d seed=0x%" PRIx64 "): %s", trial, n, seed, res.msg);
+        cr_assert(victim >= 0, "trial %d (N=%d seed=0x%" PRIx64 "): the victim left no kill time", trial, n, seed);
+        long long t_kill = atoll(kbuf);
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", victim);
+        for (int r = 0; r < n; r++) {
+            if (r == victim) continue;
+            char ebuf[1500];
+            snprintf(name, sizeof name, "err.%d", r);
+            int have = read_outfile(res.outdir, name, ebuf, sizeof ebuf);
+            long long t_err = have ? atoll(ebuf) : 0;
+            double late = (double)(t_err - t_kill) / 1e9;
+            if (late > worst) worst = late;
+            int ok = have && t_err - t_kill < FAULT_BOUND_NS && strstr(ebuf, want);
+            if (!ok) remove_outdir(outdir);
+            cr_assert(have, "trial %d (N=%d seed=0x%" PRIx64 "): survivor %d left no error", trial, n, seed, r);
+            cr_assert(t_err - t_kill < FAULT_BOUND_NS, "trial %d (N=%d seed=0x%" PRIx64 "): rank %d returned its error %.3f s after rank %d was killed",
+                      trial, n, seed, r, late, victim);
+            cr_assert(strstr(ebuf, want), "trial %d (N=%d seed=0x%" PRIx64 "): rank %d's error does not name %s: %s", trial,
+                      n, seed, r, want, ebuf);
+        }
+        remove_outdir(outdir);
+    }
+    fprintf(stderr, "[faults] %d trials: every survivor named the killed rank; slowest error %.3f s after the kill\n",
+            FAULT_TRIALS, worst);
 }
 
 Test(collectives, threads_n3, .timeout = 180)

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "wire.h"
 #include "transport.h"
+#include "watch.h"
 
 #define DESC_LEN RING__DESC_LEN
 #define DESC_MAGIC 0x5247504fu /* "RGOP" */
@@ -306,6 +307,12 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         }
         if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
             rc = waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
+            goto fail;
+        }
+        if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) {
+            char what[64];
+            snprintf(what, sizeof what, "%s #%llu", ring__coll_name(s->op->coll), (unsigned long long)s->op->seq);
+            rc = ring__remote_result(comm, what);
             goto fail;
         }
         if (now - last > timeout_ns) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -22,12 +23,31 @@
 #include "p2p.h"
 #include "param.h"
 #include "transport.h"
+#include "watch.h"
+
+/* How long a call that lost a connection waits for the star to say why (watch.c): the rank
+ * next to a dead one sees its socket close first, ranks further away see their neighbour's
+ * socket close when that neighbour gives up, and the cause ("rank 5 died") is the useful
+ * message for all of them. */
+#define CAUSE_GRACE_NS (300LL * 1000000LL)
 
 static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring_result_t fc = ring__failed_result(comm, ring__coll_name(op->coll));
     if (fc != RING_OK) return fc;
     ring_result_t rc = ring__run_op(comm, op);
+    if (rc == RING_ERR_PEER || rc == RING_ERR_PROTOCOL) {
+        int64_t until = ring__now_ns() + CAUSE_GRACE_NS;
+        while (!atomic_load(&comm->remote_failed) && ring__now_ns() < until) {
+            struct timespec ts = {0, 5 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (rc != RING_OK && atomic_load(&comm->remote_failed)) {
+        char what[64];
+        snprintf(what, sizeof what, "%s #%llu", ring__coll_name(op->coll), (unsigned long long)op->seq);
+        return ring__remote_result(comm, what);
+    }
     if (rc != RING_OK) ring__comm_fail(comm, rc);
     return rc;
 }
@@ -231,7 +251,10 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     comm->wake_fd = -1;
     atomic_init(&comm->fail_code, RING_OK);
     atomic_init(&comm->aborted, 0);
+    atomic_init(&comm->remote_failed, 0);
+    comm->watch_stop_fd = -1;
     pthread_mutex_init(&comm->err_mu, NULL);
+    pthread_mutex_init(&comm->star_mu, NULL);
     pthread_mutex_init(&comm->mu, NULL);
     pthread_cond_init(&comm->cv_work, NULL);
     pthread_cond_init(&comm->cv_done, NULL);
@@ -248,6 +271,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
         goto fail;
     }
     if (nranks > 1) RING_CHECK(connect_ring(comm, root_addr));
+    RING_CHECK(ring__watch_start(comm));
 
     sigset_t all, old;
     sigfillset(&all);
@@ -263,6 +287,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     return RING_OK;
 fail:
     /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. */
+    ring__watch_stop(comm);
     release_network(comm);
     ring__comm_fail(comm, rc);
     snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);
@@ -320,6 +345,7 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     pthread_mutex_lock(&comm->mu);
     while (comm->busy) pthread_cond_wait(&comm->cv_done, &comm->mu);
     pthread_mutex_unlock(&comm->mu);
+    ring__watch_stop(comm);
     release_network(comm);
     while (comm->live) {
         struct ring_request *n = comm->live->live_next;
@@ -333,6 +359,7 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     pthread_cond_destroy(&comm->cv_done);
     pthread_mutex_destroy(&comm->mu);
     pthread_mutex_destroy(&comm->err_mu);
+    pthread_mutex_destroy(&comm->star_mu);
     free(comm);
     return RING_OK;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "watch.h"
 #include "log.h"
 
 const char *ring_strerror(ring_result_t r)
@@ -122,11 +123,17 @@ ring_result_t ring__seterr_errno(ring_comm_t *comm, ring_result_t code, int errn
 void ring__comm_fail(ring_comm_t *comm, ring_result_t code)
 {
     if (!comm || code == RING_OK) return;
+    char msg[RING__ERRMSG_MAX];
     pthread_mutex_lock(&comm->err_mu);
     int expected = RING_OK;
-    if (atomic_compare_exchange_strong(&comm->fail_code, &expected, (int)code))
+    int first = atomic_compare_exchange_strong(&comm->fail_code, &expected, (int)code);
+    if (first) {
         memcpy(comm->fail_msg, comm->errmsg, sizeof comm->fail_msg);
+        memcpy(msg, comm->errmsg, sizeof msg);
+    }
     pthread_mutex_unlock(&comm->err_mu);
+    /* This rank failed first: the others must not wait for it until their timeout. */
+    if (first) ring__watch_notify(comm, code, msg);
 }
 
 ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)

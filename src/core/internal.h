@@ -96,7 +96,16 @@ struct ring_comm {
     char errmsg[RING__ERRMSG_MAX];
 
     atomic_int aborted;
-    int wake_fd; /* eventfd: abort() writes it so that a poll() in progress returns at once */
+    atomic_int remote_failed; /* another rank failed or died (watch.c); fail_code/msg say how */
+    int wake_fd; /* eventfd: abort() and the watcher write it so that a poll() in progress returns */
+
+    /* Watcher thread on the bootstrap star (watch.c). star_mu serialises writes on the star
+     * and guards watch_left (ranks that said goodbye). */
+    pthread_mutex_t star_mu;
+    pthread_t watch_thread;
+    int watch_started;
+    int watch_stop_fd;
+    int *watch_left;
 
     /* Run queue and progress thread. */
     pthread_mutex_t mu;

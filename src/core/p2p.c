@@ -21,6 +21,7 @@
 #include "log.h"
 #include "p2p.h"
 #include "transport.h"
+#include "watch.h"
 
 #define MAX_FDS 64
 
@@ -81,6 +82,10 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
         if (!missing) break;
         if (atomic_load(&comm->aborted)) {
             rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted while connecting to peers");
+            goto fail;
+        }
+        if (atomic_load(&comm->remote_failed)) {
+            rc = ring__remote_result(comm, "connecting to peers");
             goto fail;
         }
         if (ring__now_ns() > deadline_ns) {
@@ -205,6 +210,10 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
         if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
             rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted by ring_comm_abort while %s %zu bytes %s %s",
                               ops[w].is_send ? "sending" : "receiving", ops[w].len, ops[w].is_send ? "to" : "from", d);
+            goto fail;
+        }
+        if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) {
+            rc = ring__remote_result(comm, "p2p");
             goto fail;
         }
         if (now - last > timeout_ns) {

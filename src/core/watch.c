@@ -1,0 +1,304 @@
+/*
+ * Failure propagation over the bootstrap star.
+ *
+ * The star (every rank's TCP connection to rank 0, kept from the bootstrap) carries notice
+ * frames after init (watch.h):
+ *  - FAIL: a rank's first failure (its message), sent to the root; the root formats it as
+ *    "rank k (host) failed: ..." and relays it to every other rank. The root's own first
+ *    failure goes to everyone directly.
+ *  - BYE: sent by ring_comm_destroy, so that an orderly exit is not taken for a death.
+ * A star connection that closes without BYE means the process died (the kernel closes a
+ * killed process's sockets at once): the root turns that into a FAIL naming the rank, and
+ * ranks that lose the root do the same for rank 0.
+ *
+ * One watcher thread per communicator sleeps in poll() on its star sockets and a stop
+ * eventfd, so detection does not depend on the application calling into the library, and an
+ * idle rank costs nothing. On a notice it records the failure (first failure wins) and
+ * writes the communicator's wake eventfd, which every wait in the engine polls: a call in
+ * flight returns within one wake-up. Codes travel with the notice for MISMATCH and TIMEOUT
+ * (every rank reports the same kind of error); anything else arrives as RING_ERR_PEER.
+ *
+ * Bytes: one 16-byte header + up to 800 bytes of text per notice; root relays to N-2 ranks.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "log.h"
+#include "net.h"
+#include "watch.h"
+#include "wire.h"
+
+#define NOTICE_MAGIC 0x52474e54u /* "RGNT" */
+#define FRAME_MAX (RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX)
+#define SEND_WAIT_NS (200LL * 1000000LL)
+
+size_t ring__notice_build(unsigned char *buf, uint32_t type, uint32_t origin, uint32_t code, const char *text)
+{
+    size_t n = text ? strlen(text) : 0;
+    if (n > RING__NOTICE_TEXT_MAX) n = RING__NOTICE_TEXT_MAX;
+    ring__put32(buf, NOTICE_MAGIC);
+    ring__put32(buf + 4, type);
+    ring__put32(buf + 8, origin);
+    ring__put32(buf + 12, (code & 0xffffu) | ((uint32_t)n << 16));
+    if (n) memcpy(buf + RING__NOTICE_HDR, text, n);
+    return RING__NOTICE_HDR + n;
+}
+
+long ring__notice_parse(const unsigned char *buf, size_t len, uint32_t *type, uint32_t *origin, uint32_t *code,
+                        const unsigned char **text, size_t *textlen)
+{
+    if (len < 4) return 0;
+    if (ring__get32(buf) != NOTICE_MAGIC) return -1;
+    if (len < RING__NOTICE_HDR) return 0;
+    uint32_t t = ring__get32(buf + 4), cl = ring__get32(buf + 12);
+    size_t n = cl >> 16;
+    uint32_t c = cl & 0xffffu;
+    if ((t != RING__NOTICE_FAIL && t != RING__NOTICE_BYE) || n > RING__NOTICE_TEXT_MAX || c >= 64) return -1;
+    if (len < RING__NOTICE_HDR + n) return 0;
+    *type = t;
+    *origin = ring__get32(buf + 8);
+    *code = c;
+    *text = buf + RING__NOTICE_HDR;
+    *textlen = n;
+    return (long)(RING__NOTICE_HDR + n);
+}
+
+int ring__fail_remote(ring_comm_t *comm, ring_result_t code, const char *msg)
+{
+    int first = 0;
+    pthread_mutex_lock(&comm->err_mu);
+    int expected = RING_OK;
+    if (atomic_compare_exchange_strong(&comm->fail_code, &expected, (int)code)) {
+        snprintf(comm->fail_msg, sizeof comm->fail_msg, "%s", msg);
+        first = 1;
+    }
+    pthread_mutex_unlock(&comm->err_mu);
+    if (first) {
+        atomic_store_explicit(&comm->remote_failed, 1, memory_order_release);
+        uint64_t one = 1;
+        if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) { /* already signalled */ }
+        RING_LOG(RING_LOG_WARN, RING_SUB_INIT, comm->rank, "%s", msg);
+    }
+    return first;
+}
+
+ring_result_t ring__remote_result(ring_comm_t *comm, const char *what)
+{
+    pthread_mutex_lock(&comm->err_mu);
+    snprintf(comm->errmsg, sizeof comm->errmsg, "%s: %.900s", what, comm->fail_msg);
+    pthread_mutex_unlock(&comm->err_mu);
+    return (ring_result_t)atomic_load(&comm->fail_code);
+}
+
+/* Whole frame or nothing useful: a short deadline, since a peer that does not read its star
+ * socket for that long is dead or wedged and will learn from its data connections. Called
+ * with star_mu held (it also guards watch_left). */
+static void send_frame(ring_comm_t *comm, int fd, const unsigned char *f, size_t n)
+{
+    if (fd < 0) return;
+    int r = ring__io_full(fd, (void *)f, n, 1, ring__now_ns() + SEND_WAIT_NS, -1);
+    if (r != 0)
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "could not pass a notice on the bootstrap connection: %s",
+                 strerror(-r));
+}
+
+static uint32_t wire_code(ring_result_t code)
+{
+    return code == RING_ERR_MISMATCH || code == RING_ERR_TIMEOUT ? (uint32_t)code : (uint32_t)RING_ERR_PEER;
+}
+
+/* Root: tell every rank except `skip` (and those that left). */
+static void relay(ring_comm_t *comm, int origin, uint32_t code, const char *text, int skip)
+{
+    ring__bootstrap_t *bs = comm->bs;
+    unsigned char f[FRAME_MAX];
+    size_t n = ring__notice_build(f, RING__NOTICE_FAIL, (uint32_t)origin, code, text);
+    pthread_mutex_lock(&comm->star_mu);
+    for (int r = 1; r < comm->nranks; r++)
+        if (r != skip && !comm->watch_left[r]) send_frame(comm, bs->rank_fds[r], f, n);
+    pthread_mutex_unlock(&comm->star_mu);
+}
+
+static void host_of(ring_comm_t *comm, int r, char *out, size_t len)
+{
+    const ring__peer_info_t *pi = &comm->peers[r];
+    snprintf(out, len, "%.64s, pid %u", pi->host, (unsigned)pi->pid);
+}
+
+void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg)
+{
+    if (!comm || comm->nranks < 2 || !comm->bs || !comm->peers || !comm->watch_left) return;
+    char text[RING__ERRMSG_MAX], h[96];
+    if (comm->rank == 0) {
+        host_of(comm, 0, h, sizeof h);
+        snprintf(text, sizeof text, "rank 0 (%s) failed: %.680s", h, msg);
+        relay(comm, 0, wire_code(code), text, -1);
+        return;
+    }
+    unsigned char f[FRAME_MAX];
+    size_t n = ring__notice_build(f, RING__NOTICE_FAIL, (uint32_t)comm->rank, wire_code(code), msg);
+    pthread_mutex_lock(&comm->star_mu);
+    send_frame(comm, comm->bs->root_fd, f, n);
+    pthread_mutex_unlock(&comm->star_mu);
+}
+
+/* A notice or a closed star connection from rank `from` (the root's view) or from the root. */
+static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text)
+{
+    if (comm->rank != 0) {
+        ring__fail_remote(comm, (ring_result_t)code, text);
+        return;
+    }
+    char msg[RING__ERRMSG_MAX], h[96];
+    host_of(comm, from, h, sizeof h);
+    snprintf(msg, sizeof msg, "rank %d (%s) failed: %.700s", from, h, text);
+    if (ring__fail_remote(comm, (ring_result_t)code, msg)) relay(comm, from, code, msg, from);
+}
+
+static void on_gone(ring_comm_t *comm, int r, const char *how)
+{
+    char msg[RING__NOTICE_TEXT_MAX + 1], h[96];
+    host_of(comm, r, h, sizeof h);
+    snprintf(msg, sizeof msg, "rank %d (%s) died: its bootstrap connection %s without ring_comm_destroy", r, h, how);
+    if (comm->rank != 0) {
+        ring__fail_remote(comm, RING_ERR_PEER, msg);
+        return;
+    }
+    if (ring__fail_remote(comm, RING_ERR_PEER, msg)) relay(comm, r, RING_ERR_PEER, msg, r);
+}
+
+typedef struct inbuf {
+    unsigned char b[FRAME_MAX];
+    size_t got;
+} inbuf;
+
+/* Drain fd (peer rank r); returns 0 while the connection stays useful, 1 when it is done. */
+static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
+{
+    for (;;) {
+        ssize_t k = recv(fd, ib->b + ib->got, sizeof ib->b - ib->got, MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (k <= 0) {
+            pthread_mutex_lock(&comm->star_mu);
+            int left = comm->watch_left[r];
+            pthread_mutex_unlock(&comm->star_mu);
+            if (!left) on_gone(comm, r, k == 0 ? "closed" : "failed");
+            return 1;
+        }
+        ib->got += (size_t)k;
+        for (;;) {
+            uint32_t type, origin, code;
+            const unsigned char *t;
+            size_t tl;
+            long used = ring__notice_parse(ib->b, ib->got, &type, &origin, &code, &t, &tl);
+            if (used == 0) break;
+            if (used < 0) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "garbage on the bootstrap connection with rank %d", r);
+                on_fail(comm, r, RING_ERR_PROTOCOL, msg);
+                return 1;
+            }
+            if (type == RING__NOTICE_BYE) {
+                pthread_mutex_lock(&comm->star_mu);
+                comm->watch_left[r] = 1;
+                pthread_mutex_unlock(&comm->star_mu);
+            } else {
+                char text[RING__NOTICE_TEXT_MAX + 1];
+                memcpy(text, t, tl);
+                text[tl] = '\0';
+                on_fail(comm, r, code, text);
+            }
+            memmove(ib->b, ib->b + used, ib->got - (size_t)used);
+            ib->got -= (size_t)used;
+        }
+    }
+}
+
+static void *watch_main(void *arg)
+{
+    ring_comm_t *comm = arg;
+    ring__bootstrap_t *bs = comm->bs;
+    int n = comm->nranks;
+    struct pollfd *fds = calloc((size_t)n + 1, sizeof *fds);
+    int *who = calloc((size_t)n + 1, sizeof *who);
+    inbuf *ib = calloc((size_t)n, sizeof *ib);
+    int *done = calloc((size_t)n, sizeof *done);
+    if (!fds || !who || !ib || !done) goto out;
+    for (;;) {
+        int nf = 0;
+        fds[nf++] = (struct pollfd){.fd = comm->watch_stop_fd, .events = POLLIN};
+        if (comm->rank == 0) {
+            for (int r = 1; r < n; r++)
+                if (!done[r] && bs->rank_fds[r] >= 0) {
+                    who[nf] = r;
+                    fds[nf++] = (struct pollfd){.fd = bs->rank_fds[r], .events = POLLIN | POLLRDHUP};
+                }
+        } else if (!done[0] && bs->root_fd >= 0) {
+            who[nf] = 0;
+            fds[nf++] = (struct pollfd){.fd = bs->root_fd, .events = POLLIN | POLLRDHUP};
+        }
+        int k = poll(fds, (nfds_t)nf, -1);
+        if (k < 0 && errno != EINTR) break;
+        if (fds[0].revents) break;
+        for (int i = 1; k > 0 && i < nf; i++)
+            if (fds[i].revents) done[who[i]] = drain(comm, fds[i].fd, who[i], &ib[who[i]]);
+    }
+out:
+    free(fds);
+    free(who);
+    free(ib);
+    free(done);
+    return NULL;
+}
+
+ring_result_t ring__watch_start(ring_comm_t *comm)
+{
+    if (comm->nranks < 2) return RING_OK;
+    comm->watch_left = calloc((size_t)comm->nranks, sizeof *comm->watch_left);
+    if (!comm->watch_left) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+    comm->watch_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (comm->watch_stop_fd < 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "eventfd");
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&comm->watch_thread, NULL, watch_main, comm);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e) return ring__seterr_errno(comm, RING_ERR_SYSTEM, e, "cannot start the watcher thread");
+    comm->watch_started = 1;
+    return RING_OK;
+}
+
+void ring__watch_stop(ring_comm_t *comm)
+{
+    if (comm->watch_started) {
+        uint64_t one = 1;
+        if (write(comm->watch_stop_fd, &one, sizeof one) < 0) { /* cannot fail for an eventfd */ }
+        pthread_join(comm->watch_thread, NULL);
+        comm->watch_started = 0;
+    }
+    if (comm->bs && comm->nranks > 1 && comm->watch_left) {
+        unsigned char f[RING__NOTICE_HDR];
+        size_t n = ring__notice_build(f, RING__NOTICE_BYE, (uint32_t)comm->rank, 0, NULL);
+        pthread_mutex_lock(&comm->star_mu);
+        if (comm->rank != 0) {
+            send_frame(comm, comm->bs->root_fd, f, n);
+        } else {
+            for (int r = 1; r < comm->nranks; r++)
+                if (!comm->watch_left[r]) send_frame(comm, comm->bs->rank_fds[r], f, n);
+        }
+        pthread_mutex_unlock(&comm->star_mu);
+    }
+    if (comm->watch_stop_fd >= 0) close(comm->watch_stop_fd);
+    comm->watch_stop_fd = -1;
+    free(comm->watch_left);
+    comm->watch_left = NULL;
+}

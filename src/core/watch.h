@@ -1,0 +1,50 @@
+/*
+ * Failure propagation over the bootstrap star (see watch.c): when one rank fails or dies,
+ * every other rank's call in flight returns an error naming it, within milliseconds, and
+ * later calls fail at once.
+ */
+#ifndef RING_WATCH_H
+#define RING_WATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Start the watcher thread (nranks > 1, after a successful init). */
+ring_result_t ring__watch_start(ring_comm_t *comm);
+/* Stop it and say goodbye on the star (ring_comm_destroy), so that leaving is not taken for a
+ * death. Safe when never started. */
+void ring__watch_stop(ring_comm_t *comm);
+/* This rank failed first (ring__comm_fail): tell the others (non-root: the root, which relays;
+ * root: everyone). Never blocks for long; a peer that cannot take the notice is skipped. */
+void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg);
+/*
+ * Record a failure learned from elsewhere (first failure wins), and wake the engine of a call
+ * in flight. Returns 1 if this became the communicator's failure.
+ */
+int ring__fail_remote(ring_comm_t *comm, ring_result_t code, const char *msg);
+/* For a call that sees comm->remote_failed: copy the recorded failure into the call's message
+ * and return its code. */
+ring_result_t ring__remote_result(ring_comm_t *comm, const char *what);
+
+/*
+ * Notice frames on the star: 16-byte header (magic "RGNT", type, origin rank, code:16,
+ * text length:16) + text (<= RING__NOTICE_TEXT_MAX bytes, not NUL-terminated).
+ */
+#define RING__NOTICE_HDR 16
+#define RING__NOTICE_TEXT_MAX 800
+enum { RING__NOTICE_FAIL = 1, RING__NOTICE_BYE = 2 };
+
+/* Build a frame into buf (RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX bytes); text is cut to
+ * the maximum. Returns the frame length. */
+size_t ring__notice_build(unsigned char *buf, uint32_t type, uint32_t origin, uint32_t code, const char *text);
+/*
+ * Parse the frame at the start of buf[0..len): returns its length when complete and valid,
+ * 0 when more bytes are needed, -1 for garbage (bad magic, type, code or length). Lengths are
+ * checked before anything is read past the header.
+ */
+long ring__notice_parse(const unsigned char *buf, size_t len, uint32_t *type, uint32_t *origin, uint32_t *code,
+                        const unsigned char **text, size_t *textlen);
+
+#endif
