@@ -2,7 +2,9 @@
 
 #include "perf_common.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,8 +35,11 @@ const char *pc_op_name(pc_op_t op) { return op_names[op]; }
 int pc_parse_size(const char *s, size_t *out)
 {
     char *end;
-    if (!s || !*s || *s == '-') return -1;
+    /* strtoull alone would take " 12", "+12", "-1" (wrapped) and a bare suffix ("K" = 0). */
+    if (!s || *s < '0' || *s > '9') return -1;
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE) return -1;
     unsigned long long mul = 1;
     switch (*end) {
     case 'k': case 'K': mul = 1ULL << 10; end++; break;
@@ -61,6 +66,18 @@ int pc_parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+int pc_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    if (!s || !*s) return -1;
+    errno = 0;
+    double v = strtod(s, &end);
+    /* strtod takes "nan" and "inf"; the range test below rejects them (NaN compares false). */
+    if (*end != '\0' || errno == ERANGE || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
 void pc_opts_init(pc_opts_t *o, int allow_16bit, int nops)
 {
     memset(o, 0, sizeof *o);
@@ -74,6 +91,13 @@ void pc_opts_init(pc_opts_t *o, int allow_16bit, int nops)
     o->op = PC_SUM;
     o->allow_16bit = allow_16bit;
     o->nops = nops;
+    o->fmt = PC_FMT_TABLE;
+    o->alpha_us = -1;
+    o->link_gbps = -1;
+    o->probe = 1;
+    o->probe_bytes = (size_t)64 << 20;
+    o->algos = PC_ALGO_BIT(PC_ALGO_RING);
+    o->mem = PC_MEM_HOST;
 }
 
 int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err)
@@ -114,7 +138,35 @@ int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err)
         else o->op = (pc_op_t)k;
         break;
     }
-    case PC_OPT_CSV: o->csv = 1; break;
+    case PC_OPT_CSV:
+    case PC_OPT_JSON: {
+        pc_fmt_t f = ch == PC_OPT_CSV ? PC_FMT_CSV : PC_FMT_JSON;
+        if (o->fmt != PC_FMT_TABLE && o->fmt != f) *err = "--csv and --json exclude each other";
+        else o->fmt = f;
+        break;
+    }
+    /* 1e6 us and 1e6 Gbit/s: far beyond any real link, small enough that the model stays finite. */
+    case PC_OPT_ALPHA_US:
+        if (pc_parse_double(arg, 0, 1e6, &o->alpha_us)) *err = "--alpha-us needs microseconds >= 0";
+        break;
+    case PC_OPT_LINK_GBPS:
+        if (pc_parse_double(arg, 1e-6, 1e6, &o->link_gbps)) *err = "--link-gbps needs Gbit/s > 0";
+        break;
+    case PC_OPT_NO_PROBE: o->probe = 0; break;
+    case PC_OPT_PROBE_BYTES:
+        if (pc_parse_size(arg, &o->probe_bytes) || o->probe_bytes == 0) *err = "bad size for --probe-bytes";
+        break;
+    case 'A':
+        if (strcmp(arg, "ring") == 0) o->algos = PC_ALGO_BIT(PC_ALGO_RING);
+        else if (strcmp(arg, "ps") == 0) o->algos = PC_ALGO_BIT(PC_ALGO_PS);
+        else if (strcmp(arg, "both") == 0) o->algos = PC_ALGO_BIT(PC_ALGO_RING) | PC_ALGO_BIT(PC_ALGO_PS);
+        else *err = "-A needs ring, ps or both";
+        break;
+    case 'G':
+        if (strcmp(arg, "host") == 0) o->mem = PC_MEM_HOST;
+        else if (strcmp(arg, "cuda") == 0) o->mem = PC_MEM_CUDA;
+        else *err = "-G needs host or cuda";
+        break;
     default: return 0;
     }
     return *err ? -1 : 1;
@@ -132,6 +184,110 @@ int pc_next_size(size_t *size, size_t factor, size_t incr)
     }
     return 1;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collectives, bus bandwidth, the alpha-beta model                                          */
+
+static const char *const coll_names[PC_COLL_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                                      "barrier"};
+static const char *const algo_names[PC_ALGO_COUNT] = {"ring", "ps", "rd"};
+
+const char *pc_coll_name(pc_coll_t c) { return coll_names[c]; }
+const char *pc_algo_name(pc_algo_t a) { return algo_names[a]; }
+
+int pc_parse_coll(const char *s, pc_coll_t *out)
+{
+    static const struct {
+        const char *name;
+        pc_coll_t coll;
+    } alias[] = {{"reducescatter", PC_COLL_REDUCE_SCATTER}, {"all_reduce", PC_COLL_ALLREDUCE},
+                 {"all_gather", PC_COLL_ALLGATHER}};
+    if (!s) return -1;
+    for (int k = 0; k < PC_COLL_COUNT; k++)
+        if (strcmp(s, coll_names[k]) == 0) {
+            *out = (pc_coll_t)k;
+            return 0;
+        }
+    for (size_t k = 0; k < sizeof alias / sizeof *alias; k++)
+        if (strcmp(s, alias[k].name) == 0) {
+            *out = alias[k].coll;
+            return 0;
+        }
+    return -1;
+}
+
+double pc_busbw_factor(pc_coll_t c, int nranks)
+{
+    double n = nranks < 1 ? 1 : nranks;
+    switch (c) {
+    case PC_COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case PC_COLL_REDUCE_SCATTER:
+    case PC_COLL_ALLGATHER: return (n - 1) / n;
+    case PC_COLL_BROADCAST: return 1;
+    default: return 0;
+    }
+}
+
+/* Dependent exchanges of recursive doubling: log2 p rounds, and the fold and unfold when p < n. */
+static int rd_steps(int nranks)
+{
+    int p = 1, lg = 0;
+    while (p <= nranks / 2) {
+        p *= 2;
+        lg++;
+    }
+    return lg + (nranks > p ? 2 : 0);
+}
+
+double pc_model_us(pc_coll_t c, pc_algo_t a, int nranks, size_t bytes, double alpha_s, double bw_Bps)
+{
+    if (a == PC_ALGO_PS && c != PC_COLL_ALLREDUCE) return -1;
+    if (a == PC_ALGO_RD && c != PC_COLL_ALLREDUCE && c != PC_COLL_BARRIER) return -1;
+    if (nranks <= 1) return 0; /* nothing crosses a link */
+    const double n = nranks, s = (double)bytes;
+    if (alpha_s < 0 || (c != PC_COLL_BARRIER && !(bw_Bps > 0))) return -1;
+    double t;
+    if (a == PC_ALGO_PS) {
+        t = 2 * (n - 1) * (alpha_s + s / bw_Bps);
+    } else if (a == PC_ALGO_RD) {
+        t = rd_steps(nranks) * (alpha_s + (c == PC_COLL_BARRIER ? 0 : s / bw_Bps));
+    } else {
+        switch (c) {
+        case PC_COLL_ALLREDUCE: t = 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * s / bw_Bps; break;
+        case PC_COLL_REDUCE_SCATTER:
+        case PC_COLL_ALLGATHER: t = (n - 1) * alpha_s + (n - 1) / n * s / bw_Bps; break;
+        case PC_COLL_BROADCAST: t = (n - 1) * alpha_s + s / bw_Bps; break;
+        case PC_COLL_BARRIER: t = (n - 1) * alpha_s; break;
+        default: return -1;
+        }
+    }
+    return t * 1e6;
+}
+
+const char *pc_model_formula(pc_coll_t c, pc_algo_t a)
+{
+    if (a == PC_ALGO_PS) return c == PC_COLL_ALLREDUCE ? "2(n-1)*(alpha + S/B)" : "-";
+    if (a == PC_ALGO_RD) {
+        if (c == PC_COLL_ALLREDUCE) return "(log2(p) + 2[n>p])*(alpha + S/B), p = largest power of 2 <= n";
+        return c == PC_COLL_BARRIER ? "(log2(p) + 2[n>p])*alpha, p = largest power of 2 <= n" : "-";
+    }
+    switch (c) {
+    case PC_COLL_ALLREDUCE: return "2(n-1)*alpha + 2(n-1)/n*S/B";
+    case PC_COLL_REDUCE_SCATTER:
+    case PC_COLL_ALLGATHER: return "(n-1)*alpha + (n-1)/n*S/B";
+    case PC_COLL_BROADCAST: return "(n-1)*alpha + S/B (pipelined chain, fill left out)";
+    case PC_COLL_BARRIER: return "(n-1)*alpha (one token pass)";
+    default: return "-";
+    }
+}
+
+double pc_eff(double model_us, double us)
+{
+    if (!(model_us > 0) || !(us > 0)) return -1;
+    return model_us / us;
+}
+
+double pc_gbps_to_Bps(double gbit_per_s) { return gbit_per_s * 1e9 / 8; }
 
 /* ---------------------------------------------------------------------------------------- */
 /* fp16 / bf16 conversions (round to nearest-even), independent of the library               */
@@ -425,44 +581,174 @@ void pc_print_sweep(FILE *f, const pc_opts_t *o)
                 o->maxb, o->incr, o->warmup, o->iters);
 }
 
+void pc_date_string(char *s, size_t n)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&t, &tm) || !strftime(s, n, "%Y-%m-%d %H:%M:%S %z", &tm)) snprintf(s, n, "?");
+}
+
 void pc_print_date(FILE *f)
 {
     char date[64];
-    time_t t = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %z", localtime(&t));
+    pc_date_string(date, sizeof date);
     fprintf(f, "# date %s\n", date);
 }
 
-void pc_print_columns(int csv)
+void pc_print_link(FILE *f, const pc_link_t *l)
 {
-    if (csv) {
-        printf("collective,nranks,size,count,type,redop,root,inplace,time_us,algbw_GBps,busbw_GBps,wrong\n");
-    } else {
+    if (l->alpha_s >= 0) fprintf(f, "# alpha %.3g us (%s)", l->alpha_s * 1e6, l->alpha_src);
+    else fprintf(f, "# alpha - (%s)", l->alpha_src);
+    if (l->bw_Bps > 0)
+        fprintf(f, "  link %.3g GB/s = %.3g Gbit/s (%s)\n", l->bw_Bps / 1e9, l->bw_Bps * 8 / 1e9, l->bw_src);
+    else fprintf(f, "  link - (%s)\n", l->bw_src);
+}
+
+void pc_print_columns(pc_fmt_t fmt)
+{
+    if (fmt == PC_FMT_CSV) {
+        /* New columns go at the end: scripts read the first twelve by position. */
+        printf("collective,nranks,size,count,type,redop,root,inplace,time_us,algbw_GBps,busbw_GBps,wrong,"
+               "model_us,eff,algo,alpha_us,link_GBps\n");
+    } else if (fmt == PC_FMT_TABLE) {
         printf("#\n");
-        printf("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s\n", "size", "count", "type", "redop", "root",
-               "time", "algbw", "busbw", "#wrong");
-        printf("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-               "(GB/s)", "(GB/s)", "");
+        printf("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s  %10s  %5s  %4s\n", "size", "count", "type",
+               "redop", "root", "time", "algbw", "busbw", "#wrong", "model", "eff", "algo");
+        printf("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s  %10s  %5s  %4s\n", "(B)", "(elements)", "", "", "",
+               "(us)", "(GB/s)", "(GB/s)", "", "(us)", "", "");
     }
     fflush(stdout);
 }
 
-void pc_print_row(int csv, const char *coll, int nranks, size_t bytes, size_t count, const char *type,
-                  const char *redop, int root, int inplace, double us, double algbw, double busbw, long long wrong)
+/* A JSON string literal; the names printed here are ASCII, but argv may hold anything. */
+static void json_str(FILE *f, const char *s)
 {
-    if (csv)
-        printf("%s,%d,%zu,%zu,%s,%s,%d,%d,%.3f,%.6f,%.6f,%lld\n", coll, nranks, bytes, count, type, redop, root,
-               inplace, us, algbw, busbw, wrong);
-    else
-        printf("  %10zu  %12zu  %8s  %6s  %6d  %10.2f  %8.3f  %8.3f  %6lld\n", bytes, count, type, redop, root, us,
-               algbw, busbw, wrong);
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* A JSON number, or null where the value is unknown (JSON has no NaN). */
+static void json_num(FILE *f, const char *fmt, double v, int known)
+{
+    if (known && isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+}
+
+void pc_print_row(pc_out_t *out, const pc_row_t *r)
+{
+    const double eff = pc_eff(r->model_us, r->us);
+    const int has_alpha = r->link && r->link->alpha_s >= 0, has_bw = r->link && r->link->bw_Bps > 0;
+    switch (out->fmt) {
+    case PC_FMT_CSV:
+        printf("%s,%d,%zu,%zu,%s,%s,%d,%d,%.3f,%.6f,%.6f,%lld,", r->coll, r->nranks, r->bytes, r->count, r->type,
+               r->redop, r->root, r->inplace, r->us, r->algbw, r->busbw, r->wrong);
+        /* Unknown values are empty fields. */
+        if (r->model_us >= 0) printf("%.3f", r->model_us);
+        printf(",");
+        if (eff >= 0) printf("%.4f", eff);
+        printf(",%s,", r->algo);
+        if (has_alpha) printf("%.3f", r->link->alpha_s * 1e6);
+        printf(",");
+        if (has_bw) printf("%.6f", r->link->bw_Bps / 1e9);
+        printf("\n");
+        break;
+    case PC_FMT_JSON:
+        printf("%s\n    {\"collective\": ", out->rows ? "," : "");
+        json_str(stdout, r->coll);
+        printf(", \"algo\": ");
+        json_str(stdout, r->algo);
+        printf(", \"nranks\": %d, \"size\": %zu, \"count\": %zu, \"type\": ", r->nranks, r->bytes, r->count);
+        json_str(stdout, r->type);
+        printf(", \"redop\": ");
+        json_str(stdout, r->redop);
+        printf(", \"root\": %d, \"inplace\": %d, \"time_us\": %.3f, \"algbw_GBps\": %.6f, \"busbw_GBps\": %.6f, "
+               "\"wrong\": ",
+               r->root, r->inplace, r->us, r->algbw, r->busbw);
+        json_num(stdout, "%.0f", (double)r->wrong, r->wrong >= 0);
+        printf(", \"model_us\": ");
+        json_num(stdout, "%.3f", r->model_us, r->model_us >= 0);
+        printf(", \"eff\": ");
+        json_num(stdout, "%.4f", eff, eff >= 0);
+        printf("}");
+        break;
+    default: {
+        char model[32] = "-", effs[32] = "-";
+        if (r->model_us >= 0) snprintf(model, sizeof model, "%.2f", r->model_us);
+        if (eff >= 0) snprintf(effs, sizeof effs, "%.2f", eff);
+        printf("  %10zu  %12zu  %8s  %6s  %6d  %10.2f  %8.3f  %8.3f  %6lld  %10s  %5s  %4s\n", r->bytes, r->count,
+               r->type, r->redop, r->root, r->us, r->algbw, r->busbw, r->wrong, model, effs, r->algo);
+        break;
+    }
+    }
+    out->rows++;
     fflush(stdout);
 }
 
-void pc_print_footer(FILE *f, long long wrong_total, double bw_sum, int rows)
+void pc_json_begin(const pc_meta_t *m)
 {
-    fprintf(f, "# Out of bounds values : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
-    fprintf(f, "# Avg bus bandwidth    : %g\n", rows ? bw_sum / rows : 0.0);
+    FILE *f = stdout;
+    char date[64];
+    pc_date_string(date, sizeof date);
+    const pc_opts_t *o = m->opts;
+    const pc_link_t *l = m->link;
+    fprintf(f, "{\n  \"program\": ");
+    json_str(f, m->program);
+    fprintf(f, ",\n  \"library\": ");
+    json_str(f, m->library);
+    fprintf(f, ",\n  \"host\": ");
+    json_str(f, m->host);
+    fprintf(f, ",\n  \"date\": ");
+    json_str(f, date);
+    fprintf(f, ",\n  \"command\": [");
+    for (int k = 0; k < m->argc; k++) {
+        if (k) fprintf(f, ", ");
+        json_str(f, m->argv[k]);
+    }
+    fprintf(f, "],\n  \"collective\": ");
+    json_str(f, m->collective);
+    fprintf(f, ", \"algorithms\": ");
+    json_str(f, m->algos);
+    fprintf(f, ", \"nranks\": %d, \"dtype\": ", m->nranks);
+    json_str(f, m->dtype);
+    fprintf(f, ", \"op\": ");
+    json_str(f, m->op);
+    fprintf(f, ", \"memory\": ");
+    json_str(f, m->mem);
+    fprintf(f, ",\n  \"root\": %d, \"inplace\": %d, \"async\": %d, \"check\": %d, \"min_bytes\": %zu, "
+               "\"max_bytes\": %zu, \"step_factor\": %zu, \"step_bytes\": %zu, \"warmup\": %d, \"iters\": %d",
+            m->root, m->inplace, m->async, m->check, o->minb, o->maxb, o->factor, o->factor ? 0 : o->incr, o->warmup,
+            o->iters);
+    fprintf(f, ",\n  \"alpha_us\": ");
+    json_num(f, "%.4f", l->alpha_s * 1e6, l->alpha_s >= 0);
+    fprintf(f, ", \"alpha_source\": ");
+    json_str(f, l->alpha_src);
+    fprintf(f, ",\n  \"link_GBps\": ");
+    json_num(f, "%.6f", l->bw_Bps / 1e9, l->bw_Bps > 0);
+    fprintf(f, ", \"link_Gbps\": ");
+    json_num(f, "%.6f", l->bw_Bps * 8 / 1e9, l->bw_Bps > 0);
+    fprintf(f, ", \"link_source\": ");
+    json_str(f, l->bw_src);
+    fprintf(f, ",\n  \"rows\": [");
+    fflush(f);
+}
+
+void pc_json_end(long long wrong_total)
+{
+    printf("\n  ],\n  \"wrong_total\": %lld, \"ok\": %s\n}\n", wrong_total, wrong_total ? "false" : "true");
+    fflush(stdout);
+}
+
+void pc_print_footer(FILE *f, const char *label, long long wrong_total, double bw_sum, int rows)
+{
+    char sfx[64] = "";
+    if (label) snprintf(sfx, sizeof sfx, " (%s)", label);
+    fprintf(f, "# Out of bounds values : %lld %s%s\n", wrong_total, wrong_total ? "FAILED" : "OK", sfx);
+    fprintf(f, "# Avg bus bandwidth    : %g%s\n", rows ? bw_sum / rows : 0.0, sfx);
     fprintf(f, "#\n");
     fflush(f);
 }

@@ -1,12 +1,15 @@
 /*
  * perf_common: the parts of ring_perf and compare/mpi_allreduce that depend neither on ringcomm
- * nor on MPI: option parsing (sizes with K/M/G suffixes, dtype/op names), check data (input
- * generation, exact expected values, element comparison; fp16/bf16 conversions), timing
- * statistics and the table/CSV output, so that both programs measure and print the same way.
+ * nor on MPI: option parsing (sizes with K/M/G suffixes, dtype/op names, the model and output
+ * options), check data (input generation, exact expected values, element comparison; fp16/bf16
+ * conversions), the bus-bandwidth factors and the alpha-beta model, timing statistics and the
+ * table/CSV/JSON output, so that both programs measure and print the same way and the
+ * arithmetic can be unit-tested without a network (tests/test_perf.c).
  */
 #ifndef RINGCOMM_PERF_COMMON_H
 #define RINGCOMM_PERF_COMMON_H
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,16 +41,38 @@ const char *pc_op_name(pc_op_t op);
 int pc_parse_size(const char *s, size_t *out);
 int pc_parse_int(const char *s, int lo, int hi, int *out);
 
-/* The options both programs share (-b -e -f -i -n -w -c -I -d -o --csv). */
+/* Floating-point option value in [lo, hi] (finite, no trailing characters). */
+int pc_parse_double(const char *s, double lo, double hi, double *out);
+
+typedef enum { PC_FMT_TABLE, PC_FMT_CSV, PC_FMT_JSON } pc_fmt_t;
+
+/* Where the buffers live (-G); only host memory exists until the CUDA issue lands. */
+typedef enum { PC_MEM_HOST, PC_MEM_CUDA } pc_mem_t;
+
+/* Algorithms: -A picks the library (PC_ALGO_RING; it runs the ring, or recursive doubling for
+ * small allreduces and the barrier, and rows say which) and/or the parameter-server baseline of
+ * ring_perf (everyone sends to rank 0, rank 0 reduces and sends the result back). */
+typedef enum { PC_ALGO_RING, PC_ALGO_PS, PC_ALGO_RD, PC_ALGO_COUNT } pc_algo_t;
+#define PC_ALGO_BIT(a) (1u << (a))
+
+/* The options both programs share (-b -e -f -i -n -w -c -I -d -o --csv --json --alpha-us
+ * --link-gbps), and those only ring_perf passes on (-A -G --no-probe --probe-bytes). */
 typedef struct {
     size_t minb, maxb;
     size_t factor; /* 0: use incr */
     size_t incr;
-    int iters, warmup, check, inplace, csv;
+    int iters, warmup, check, inplace;
+    pc_fmt_t fmt;
     pc_dtype_t dtype;
     pc_op_t op;
-    int allow_16bit; /* accept half/float16/fp16/bfloat16/bf16 for -d */
-    int nops;        /* -o accepts the first nops of pc_op_t */
+    int allow_16bit;    /* accept half/float16/fp16/bfloat16/bf16 for -d */
+    int nops;           /* -o accepts the first nops of pc_op_t */
+    double alpha_us;    /* --alpha-us; < 0: not given */
+    double link_gbps;   /* --link-gbps, Gbit/s as NICs are rated; < 0: not given */
+    int probe;          /* measure alpha and the link before the sweep; 0 after --no-probe */
+    size_t probe_bytes; /* --probe-bytes: bytes each rank streams in the link probe */
+    unsigned algos;     /* -A: PC_ALGO_BIT()s, never 0 */
+    pc_mem_t mem;       /* -G */
 } pc_opts_t;
 
 /* Usage lines of the sweep options (-b -e -f -i -n -w -c). */
@@ -60,20 +85,88 @@ typedef struct {
     "  -w iters   warm-up iterations per size (default 5)\n"                                       \
     "  -c 0|1     check results (default 1)\n"
 
-/* The defaults: 4 .. 256M, factor 2, 20 iterations, 5 warm-up, check, float, sum. */
+/* Usage lines of the output and model options both programs take. */
+#define PC_USAGE_OUTPUT                                                                            \
+    "  --csv      machine-readable rows on stdout (the # lines go to stderr)\n"                    \
+    "  --json     one JSON object (metadata and rows) on stdout (the # lines go to stderr)\n"      \
+    "  --alpha-us X     per-hop latency of the model columns, in microseconds\n"                   \
+    "  --link-gbps Y    link bandwidth of the model columns, in Gbit/s (B = Y*1e9/8 bytes/s)\n"
+
+/* The defaults: 4 .. 256M, factor 2, 20 iterations, 5 warm-up, check, float, sum, table, probe
+ * 64 MiB, ring, host memory, no alpha/link given. */
 void pc_opts_init(pc_opts_t *o, int allow_16bit, int nops);
 
-/* Long option value returned by getopt_long for --csv. */
+/* getopt_long values of the long options (above any short option character). */
 #define PC_OPT_CSV 'S'
+enum { PC_OPT_JSON = 256, PC_OPT_ALPHA_US, PC_OPT_LINK_GBPS, PC_OPT_NO_PROBE, PC_OPT_PROBE_BYTES };
+
+/* struct option entries for getopt_long: the ones both programs take, and the probe options. */
+#define PC_LONGOPTS_OUTPUT                                                                         \
+    {"csv", no_argument, NULL, PC_OPT_CSV}, {"json", no_argument, NULL, PC_OPT_JSON},               \
+        {"alpha-us", required_argument, NULL, PC_OPT_ALPHA_US},                                    \
+        {"link-gbps", required_argument, NULL, PC_OPT_LINK_GBPS}
+#define PC_LONGOPTS_PROBE                                                                          \
+    {"no-probe", no_argument, NULL, PC_OPT_NO_PROBE}, {"probe-bytes", required_argument, NULL, PC_OPT_PROBE_BYTES}
 
 /*
  * Handle getopt character ch (with its optarg arg) if it is a shared option: returns 1 when it
  * was handled, 0 when ch is not a shared option, -1 when arg is invalid (*err is the message).
+ * -A takes ring|ps|both, -G host|cuda (whether this build can run cuda is the caller's check).
  */
 int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err);
 
 /* Next size of the sweep after *size; 0 when the sweep ends (overflow). */
 int pc_next_size(size_t *size, size_t factor, size_t incr);
+
+/* ---- collectives, bus bandwidth, the alpha-beta model ------------------------------------ */
+
+typedef enum {
+    PC_COLL_ALLREDUCE,
+    PC_COLL_REDUCE_SCATTER,
+    PC_COLL_ALLGATHER,
+    PC_COLL_BROADCAST,
+    PC_COLL_BARRIER,
+    PC_COLL_COUNT
+} pc_coll_t;
+
+const char *pc_coll_name(pc_coll_t c); /* "allreduce", "reduce_scatter", ... */
+/* The names above, and the aliases reducescatter, all_reduce, all_gather. */
+int pc_parse_coll(const char *s, pc_coll_t *out);
+const char *pc_algo_name(pc_algo_t a); /* "ring", "ps", "rd" */
+
+/*
+ * busbw = algbw * factor (nccl-tests): the fraction of the buffer that crosses the busiest
+ * link, so that busbw of a bandwidth-optimal algorithm approaches the link bandwidth at every
+ * rank count. allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n, broadcast 1, barrier 0.
+ * The parameter-server baseline uses the allreduce factor so that its table compares with the
+ * ring's at equal bytes (its own busiest link carries 2(n-1) S, so its busbw falls with n).
+ */
+double pc_busbw_factor(pc_coll_t c, int nranks);
+
+/*
+ * Predicted time in microseconds of one call on S = bytes (the size column), n ranks, per-hop
+ * latency alpha_s (seconds) and link bandwidth bw_Bps (bytes/s):
+ *   allreduce ring          2(n-1) alpha + 2(n-1)/n S/B
+ *   reduce_scatter, allgather (n-1) alpha +  (n-1)/n S/B
+ *   broadcast               (n-1) alpha + S/B   (a chain of n-1 hops, pipelined in chunks: the
+ *                                                fill of the pipeline is left out)
+ *   barrier                 (n-1) alpha         (one token pass of n-1 dependent empty steps)
+ *   allreduce ps            2(n-1) (alpha + S/B) (rank 0's link carries 2(n-1) S, one message
+ *                                                after the other)
+ *   allreduce rd            (log2 p + 2 [r > 0]) (alpha + S/B)   (recursive doubling: p the
+ *                                                largest power of two <= n, r = n - p ranks fold
+ *                                                into a partner before and get the result after)
+ *   barrier rd              (log2 p + 2 [r > 0]) alpha
+ * n <= 1: 0. Returns -1 when a parameter the formula needs is unknown (alpha_s < 0, or
+ * bw_Bps <= 0 for anything but the barrier) or the algorithm does not run that collective.
+ */
+double pc_model_us(pc_coll_t c, pc_algo_t a, int nranks, size_t bytes, double alpha_s, double bw_Bps);
+/* The formula above as text, for the header. */
+const char *pc_model_formula(pc_coll_t c, pc_algo_t a);
+/* eff = model / measured; -1 where it is undefined (no model, model 0 as at n = 1, us <= 0). */
+double pc_eff(double model_us, double us);
+/* Gbit/s (network rating) to bytes/s. */
+double pc_gbps_to_Bps(double gbit_per_s);
 
 /* ---- check data ------------------------------------------------------------------------- */
 
@@ -121,18 +214,59 @@ void *pc_alloc_buf(size_t bytes, size_t *alloc);
 
 /* ---- output ----------------------------------------------------------------------------- */
 
+/* The model parameters in use and where they came from. */
+typedef struct {
+    double alpha_s;      /* per-hop latency; < 0: unknown */
+    double bw_Bps;       /* link bandwidth in bytes/s; <= 0: unknown */
+    char alpha_src[96];  /* "ring token pass, median of 100", "--alpha-us", ... */
+    char bw_src[96];
+} pc_link_t;
+
+/* Run metadata, for the JSON object. */
+typedef struct {
+    const char *program, *collective, *algos, *dtype, *op, *mem, *host, *library;
+    int nranks, root, inplace, async, check;
+    const pc_opts_t *opts;
+    const pc_link_t *link;
+    int argc;
+    char **argv;
+} pc_meta_t;
+
+/* One result row. */
+typedef struct {
+    const char *coll, *algo, *type, *redop;
+    int nranks, root, inplace;
+    size_t bytes, count;
+    double us, algbw, busbw;
+    long long wrong; /* -1: not checked */
+    double model_us; /* < 0: no model */
+    const pc_link_t *link;
+} pc_row_t;
+
+/* Output state: the format, and rows printed so far (JSON separators). */
+typedef struct {
+    pc_fmt_t fmt;
+    int rows;
+} pc_out_t;
+
 /* "# prog: argv..." */
 void pc_print_cmdline(FILE *f, const char *prog, int argc, char **argv);
 /* "# minBytes ...  step ...  warmup iters ...  iters ..." */
 void pc_print_sweep(FILE *f, const pc_opts_t *o);
+/* Local time as "2026-11-21 10:00:00 +0100". */
+void pc_date_string(char *s, size_t n);
 /* "# date ..." */
 void pc_print_date(FILE *f);
-/* The CSV header or the table header, on stdout. */
-void pc_print_columns(int csv);
+/* "# alpha 23.4 us (...)  link 2.31 GB/s = 18.5 Gbit/s (...)" */
+void pc_print_link(FILE *f, const pc_link_t *l);
+/* The CSV header or the table header, on stdout; nothing for JSON. */
+void pc_print_columns(pc_fmt_t fmt);
 /* One result row on stdout. */
-void pc_print_row(int csv, const char *coll, int nranks, size_t bytes, size_t count, const char *type,
-                  const char *redop, int root, int inplace, double us, double algbw, double busbw, long long wrong);
-/* The summary lines. */
-void pc_print_footer(FILE *f, long long wrong_total, double bw_sum, int rows);
+void pc_print_row(pc_out_t *out, const pc_row_t *r);
+/* JSON: the object's opening and metadata up to the rows array, and its end, on stdout. */
+void pc_json_begin(const pc_meta_t *m);
+void pc_json_end(long long wrong_total);
+/* The summary lines; label (may be NULL) names the table, e.g. the algorithm. */
+void pc_print_footer(FILE *f, const char *label, long long wrong_total, double bw_sum, int rows);
 
 #endif

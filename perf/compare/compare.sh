@@ -4,9 +4,12 @@
 #
 #   perf/compare/compare.sh [-n NRANKS] [-b MIN] [-e MAX] [-f F] [--build DIR]
 #                           [--iters N] [--warmup N] [--check 0|1]
+#                           [--netns [--rate R | --no-shape] [--mtu M] [--timeout SEC]]
 #
 # Sizes accept K/M/G suffixes (powers of 1024). Needs DIR/tools/ringrun, DIR/perf/ring_perf and
 # DIR/perf/mpi_allreduce (built by meson when it finds MPI) and mpirun on PATH.
+# --netns (root): one rank per network namespace on the rate-limited bed of perf/netns/
+# (default 1gbit each way), ringcomm then Open MPI ob1/tcp on the same bed; no shared-memory run.
 set -euo pipefail
 
 NRANKS=4
@@ -18,8 +21,13 @@ ITERS=20
 WARMUP=5
 CHECK=1
 
+NETNS=0
+RATE=1gbit
+MTU=1500
+TIMEOUT=600
+
 usage() {
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }; }
@@ -35,12 +43,18 @@ while [[ $# -gt 0 ]]; do
         --iters) need_arg "$@"; ITERS=$2; shift 2 ;;
         --warmup) need_arg "$@"; WARMUP=$2; shift 2 ;;
         --check) need_arg "$@"; CHECK=$2; shift 2 ;;
+        --netns) NETNS=1; shift ;;
+        --rate) need_arg "$@"; RATE=$2; shift 2 ;;
+        --no-shape) RATE=""; shift ;;
+        --mtu) need_arg "$@"; MTU=$2; shift 2 ;;
+        --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
 done
 
 [[ $NRANKS =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: -n must be a positive integer" >&2; exit 2; }
+[[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --timeout must be a positive number of seconds" >&2; exit 2; }
 
 RINGRUN=$BUILD/tools/ringrun
 RING_PERF=$BUILD/perf/ring_perf
@@ -68,6 +82,36 @@ CMD_DEF=("${MPIRUN[@]}" "$MPI_BENCH" "${BENCH_ARGS[@]}")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringcmp.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
+if ((NETNS)); then
+    # shellcheck source-path=SCRIPTDIR source=../netns/lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/../netns/lib.sh"
+    LINK_GBPS=""
+    if [[ -n $RATE ]]; then
+        bps=$(bed_rate_bps "$RATE") || { echo "compare.sh: --rate '$RATE': not a tc rate (e.g. 1gbit, 500mbit)" >&2; exit 2; }
+        LINK_GBPS=$(awk -v b="$bps" 'BEGIN { printf("%.6f", b / 8e9) }')
+    fi
+    trap 'bed_down; rm -rf "$TMP"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    bed_init ""
+    bed_up "$NRANKS" "$RATE" "$MTU"
+    bed_mpirun_init
+    CMD_RING=("$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
+    # Every host is a node of its own to Open MPI: keep the ranks unbound, as ringcomm's are.
+    CMD_TCP=(timeout -k 10 "$TIMEOUT" "${BED_MPIRUN[@]}" --bind-to none "$MPI_BENCH" "${BENCH_ARGS[@]}")
+    echo "# compare.sh --netns: allreduce float sum, $NRANKS ranks, one per network namespace, on $(hostname), $NCPU cores, $(date '+%Y-%m-%d %H:%M:%S %z')"
+    echo "# bed          : $(bed_describe)"
+    echo "# load         : $(uptime | sed 's/^ *//')"
+    echo "# ringcomm     : rank i in $(bed_ns_host i): RING_RANK=i RING_NRANKS=$NRANKS RING_ROOT=$(bed_addr 0):$BED_PORT RING_SOCKET_IFNAME=$BED_IF RING_SECRET=<random> ${CMD_RING[*]}"
+    echo "# OMPI-TCP     : ${CMD_TCP[*]}"
+    for v in RING_NSOCKS RING_CHUNK_BYTES RING_PIPELINE_DEPTH RING_SOCKBUF_BYTES RING_SPIN_US; do
+        [[ -n ${!v:-} ]] && echo "# env: $v=${!v}"
+    done
+    echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
+    [[ -n $LINK_GBPS ]] && echo "# link: $RATE = $LINK_GBPS GB/s each way; busbw/link 1.0 = the shaped rate (TCP payload ceiling at MTU 1500: 1448/1514 = 0.956)"
+fi
+
+if ((!NETNS)); then
 echo "# compare.sh: allreduce float sum, $NRANKS ranks on $(hostname), $NCPU cores, $(date '+%Y-%m-%d %H:%M:%S %z')"
 echo "# ringcomm     : ${CMD_RING[*]}"
 echo "# OMPI-TCP     : ${CMD_TCP[*]}"
@@ -76,13 +120,21 @@ for v in RING_NSOCKS RING_CHUNK_BYTES RING_PIPELINE_DEPTH RING_SOCKBUF_BYTES; do
     [[ -n ${!v:-} ]] && echo "# env: $v=${!v}"
 done
 echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
+fi
 
 status=0
 run() { # name outfile cmd...
     local name=$1 out=$2
     shift 2
     local rc=0
-    "$@" >"$out.raw" 2>"$out.err" || rc=$?
+    if [[ $name == ringcomm ]] && ((NETNS)); then
+        # One rank per host of the bed; rank 0's stdout, and every rank's stderr ("[i] " lines).
+        bed_run "$out.ranks" "$TIMEOUT" "$@" || rc=$?
+        cp "$out.ranks/rank0.out" "$out.raw"
+        for ((i = 0; i < NRANKS; i++)); do sed "s/^/[$i] /" "$out.ranks/rank$i.err"; done >"$out.err"
+    else
+        "$@" >"$out.raw" 2>"$out.err" || rc=$?
+    fi
     if (( rc != 0 )); then
         echo "# $name FAILED (exit $rc); its stderr:" >&2
         sed 's/^/#   /' "$out.err" | tail -n 40 >&2
@@ -96,19 +148,34 @@ run() { # name outfile cmd...
 
 run ringcomm "$TMP/ring.csv" "${CMD_RING[@]}"
 run OMPI-TCP "$TMP/tcp.csv" "${CMD_TCP[@]}"
-run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
+if ((NETNS)); then
+    : >"$TMP/def.csv" # no shared memory between hosts
+else
+    run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
+fi
 
 # CSV columns: collective,nranks,size,count,type,redop,root,inplace,time_us,algbw,busbw,wrong
-awk -F, '
+# (read by position; columns after the 12th are ignored). --netns: no OMPI-def column, and
+# busbw / link rate columns when the links are shaped.
+awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" '
     FILENAME ~ /ring\.csv$/ { r_bw[$3] = $11; r_t[$3] = $9; r_w[$3] = $12; sizes[$3] = 1 }
     FILENAME ~ /tcp\.csv$/  { t_bw[$3] = $11; t_t[$3] = $9; t_w[$3] = $12; sizes[$3] = 1 }
     FILENAME ~ /def\.csv$/  { d_bw[$3] = $11; d_t[$3] = $9; d_w[$3] = $12; sizes[$3] = 1 }
     function f(a, k, fmt) { return (k in a) ? sprintf(fmt, a[k]) : "-" }
+    function fl(a, k) { return (k in a) ? sprintf("%.3f", a[k] / link) : "-" }
     END {
+        if (netns) {
+            printf("#\n# %10s  %10s  %10s  %9s  %11s  %11s", "size", "ringcomm", "OMPI-TCP", "ring/TCP", "ringcomm", "OMPI-TCP")
+            if (link != "") printf("  %10s  %10s", "ringcomm", "OMPI-TCP")
+            printf("\n# %10s  %10s  %10s  %9s  %11s  %11s", "(B)", "busbw GB/s", "busbw GB/s", "busbw", "time (us)", "time (us)")
+            if (link != "") printf("  %10s  %10s", "busbw/link", "busbw/link")
+            printf("\n")
+        } else {
         printf("#\n# %10s  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", "size", "ringcomm", "OMPI-TCP", "OMPI-def",
                "ring/TCP", "ringcomm", "OMPI-TCP", "OMPI-def")
         printf("# %10s  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", "(B)", "busbw GB/s", "busbw GB/s", "busbw GB/s",
                "busbw", "time (us)", "time (us)", "time (us)")
+        }
         n = 0
         for (s in sizes) list[n++] = s + 0
         # insertion sort (portable awk)
@@ -118,6 +185,12 @@ awk -F, '
             s = list[i]
             # same bytes and busbw factor: the busbw ratio is the inverse time ratio (more digits)
             ratio = ((s in r_t) && (s in t_t) && r_t[s] > 0) ? sprintf("%.2f", t_t[s] / r_t[s]) : "-"
+            if (netns) {
+                printf("  %10d  %10s  %10s  %9s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"), ratio,
+                       f(r_t, s, "%.2f"), f(t_t, s, "%.2f"))
+                if (link != "") printf("  %10s  %10s", fl(r_bw, s), fl(t_bw, s))
+                printf("\n")
+            } else
             printf("  %10d  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
                    f(d_bw, s, "%.3f"), ratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
             if ((s in r_w) && r_w[s] > 0) wrong += r_w[s]

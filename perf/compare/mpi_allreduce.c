@@ -9,6 +9,11 @@
  * reported time is the median over iterations of the max over ranks (MPI_Allreduce MAX, outside
  * the timed region). With -c 1 the result of one more call on fresh check data is compared with
  * an independently computed exact value on every rank. Rank 0 prints.
+ *
+ * The rows have ring_perf's columns; algo is "mpi". Given --alpha-us and --link-gbps, model(us)
+ * and eff compare each row with the ring allreduce model 2(n-1) alpha + 2(n-1)/n S/B (the
+ * bandwidth optimum, whatever algorithm Open MPI picks); this program does not probe the links
+ * itself (use the values ring_perf measured on the same machines).
  */
 #include <mpi.h>
 
@@ -55,7 +60,7 @@ static void usage(FILE *f, const char *argv0)
             "  -d dtype   int8 uint8 int32 uint32 int64 uint64 float|float32 double|float64 (default float)\n"
             "  -o op      sum prod min max (default sum)\n"
             "  -I 0|1     in-place (MPI_IN_PLACE, default 0)\n"
-            "  --csv      machine-readable rows on stdout (the # lines go to stderr)\n"
+            PC_USAGE_OUTPUT
             "  -h         this help\n",
             argv0);
 }
@@ -63,7 +68,8 @@ static void usage(FILE *f, const char *argv0)
 static void bad_arg(const char *argv0, const char *msg, const char *val)
 {
     if (g_rank == 0) {
-        fprintf(stderr, "mpi_allreduce: %s: '%s'\n", msg, val);
+        if (val) fprintf(stderr, "mpi_allreduce: %s: '%s'\n", msg, val);
+        else fprintf(stderr, "mpi_allreduce: %s\n", msg);
         usage(stderr, argv0);
     }
     MPI_Finalize();
@@ -124,7 +130,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &g_nranks);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
-    static const struct option longopts[] = {{"csv", no_argument, NULL, PC_OPT_CSV},
+    static const struct option longopts[] = {PC_LONGOPTS_OUTPUT,
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int ch;
@@ -145,16 +151,26 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) bad_arg(argv[0], "unexpected argument", argv[optind]);
-    if (o.minb > o.maxb) bad_arg(argv[0], "-b is larger than -e", "");
+    if (o.minb > o.maxb) bad_arg(argv[0], "-b is larger than -e", NULL);
 
     const pc_dtype_t t = o.dtype;
     const pc_op_t op = o.op;
     const int inplace = o.inplace, iters = o.iters, warmup = o.warmup;
     const size_t sz = pc_dtype_size(t);
     const int n = g_nranks, is_root = g_rank == 0;
-    if (o.maxb / sz > (size_t)INT32_MAX) bad_arg(argv[0], "-e too large for an int count", "");
-    FILE *info = o.csv ? stderr : stdout;
-    const double busfac = 2.0 * (n - 1) / n;
+    if (o.maxb / sz > (size_t)INT32_MAX) bad_arg(argv[0], "-e too large for an int count", NULL);
+    FILE *info = o.fmt == PC_FMT_TABLE ? stdout : stderr;
+    const double busfac = pc_busbw_factor(PC_COLL_ALLREDUCE, n);
+    /* Model parameters only as given: no probe here. */
+    pc_link_t link = {-1, -1, "not given (--alpha-us)", "not given (--link-gbps)"};
+    if (o.alpha_us >= 0) {
+        link.alpha_s = o.alpha_us * 1e-6;
+        snprintf(link.alpha_src, sizeof link.alpha_src, "--alpha-us");
+    }
+    if (o.link_gbps > 0) {
+        link.bw_Bps = pc_gbps_to_Bps(o.link_gbps);
+        snprintf(link.bw_src, sizeof link.bw_src, "--link-gbps");
+    }
     const pc_gen_t gen = pc_gen(pc_gen_kind(op), t, n);
 
     if (is_root) {
@@ -169,6 +185,7 @@ int main(int argc, char **argv)
                 pc_dtype_name(t), pc_op_name(op), inplace, o.check);
         pc_print_sweep(info, &o);
         fprintf(info, "# %s\n", lib);
+        pc_print_link(info, &link);
         static const char *const knobs[] = {"OMPI_MCA_pml", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include",
                                             "OMPI_MCA_coll_tuned_allreduce_algorithm", "OMPI_MCA_mpi_yield_when_idle"};
         for (size_t k = 0; k < sizeof knobs / sizeof *knobs; k++) {
@@ -177,7 +194,31 @@ int main(int argc, char **argv)
         }
         pc_print_date(info);
         fprintf(info, "# time: median over iterations of the max over ranks; busbw factor 2(n-1)/n\n");
-        pc_print_columns(o.csv);
+        fprintf(info, "# model (ring allreduce, the bandwidth optimum): T = %s; eff = model/time\n",
+                pc_model_formula(PC_COLL_ALLREDUCE, PC_ALGO_RING));
+        if (o.fmt == PC_FMT_JSON) {
+            pc_meta_t m = {.program = "mpi_allreduce",
+                           .collective = "allreduce",
+                           .algos = "mpi",
+                           .dtype = pc_dtype_name(t),
+                           .op = pc_op_name(op),
+                           .mem = "host",
+                           .host = host,
+                           .library = lib,
+                           .nranks = n,
+                           .root = -1,
+                           .inplace = inplace,
+                           .async = 0,
+                           .check = o.check,
+                           .opts = &o,
+                           .link = &link,
+                           .argc = argc,
+                           .argv = argv};
+            pc_json_begin(&m);
+        } else {
+            if (o.fmt == PC_FMT_TABLE) printf("#\n# allreduce, %s\n", "MPI_Allreduce");
+            pc_print_columns(o.fmt);
+        }
         fflush(info);
     }
 
@@ -187,6 +228,15 @@ int main(int argc, char **argv)
     if (!times) MPI_Abort(MPI_COMM_WORLD, 2);
     pc_fill(sbuf, maxcount, t, &gen, g_rank, 0);
 
+    pc_out_t out = {o.fmt, 0};
+    pc_row_t row = {.coll = "allreduce",
+                    .algo = "mpi",
+                    .type = pc_dtype_name(t),
+                    .redop = pc_op_name(op),
+                    .nranks = n,
+                    .root = -1,
+                    .inplace = inplace,
+                    .link = &link};
     double bw_sum = 0;
     int rows = 0;
     long long wrong_total = 0;
@@ -218,15 +268,21 @@ int main(int argc, char **argv)
                 wrong = w;
                 wrong_total += w;
             }
-            if (is_root)
-                pc_print_row(o.csv, "allreduce", n, bytes, count, pc_dtype_name(t), pc_op_name(op), -1, inplace, us,
-                             algbw, busbw, wrong);
+            row.bytes = bytes;
+            row.count = count;
+            row.us = us;
+            row.algbw = algbw;
+            row.busbw = busbw;
+            row.wrong = wrong;
+            row.model_us = pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, n, bytes, link.alpha_s, link.bw_Bps);
+            if (is_root) pc_print_row(&out, &row);
             bw_sum += busbw;
             rows++;
         }
         if (!pc_next_size(&size, o.factor, o.incr)) break;
     }
-    if (is_root) pc_print_footer(info, wrong_total, bw_sum, rows);
+    if (is_root) pc_print_footer(info, NULL, wrong_total, bw_sum, rows);
+    if (is_root && o.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
     free(times);
     free(sbuf);
     free(rbuf);

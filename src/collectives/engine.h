@@ -79,6 +79,10 @@ ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op);
  * returns how many were written to out (at most 2 + log2(nranks)). */
 int ring__rd_partners(int rank, int nranks, int *out);
 
+/* The algorithm (RING__ALGO_RING or RING__ALGO_RD) a collective of `bytes` per rank runs with
+ * (RING_ALGO, RING_RD_MAX_BYTES); perf tools label their rows with it. */
+int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes);
+
 /* Run one validated operation (dispatch by collective; handles nranks == 1). */
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op);
 

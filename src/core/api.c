@@ -77,6 +77,16 @@ static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     return ring__submit(comm, op, async ? reqp : NULL);
 }
 
+int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
+{
+    int algo = comm->params.algo;
+    if (coll == RING__COLL_ALLREDUCE)
+        return algo == RING__ALGO_RD || (algo == RING__ALGO_AUTO && bytes <= comm->params.rd_max_bytes) ? RING__ALGO_RD
+                                                                                                      : RING__ALGO_RING;
+    if (coll == RING__COLL_BARRIER) return algo == RING__ALGO_RING ? RING__ALGO_RING : RING__ALGO_RD;
+    return RING__ALGO_RING;
+}
+
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     if (comm->nranks == 1) {
@@ -86,17 +96,13 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
             memmove(op->recvbuf, op->sendbuf, bytes);
         return RING_OK;
     }
-    int algo = comm->params.algo;
+    int rd = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype)) == RING__ALGO_RD;
     switch (op->coll) {
-    case RING__COLL_ALLREDUCE:
-        if (algo == RING__ALGO_RD ||
-            (algo == RING__ALGO_AUTO && op->count * ring_dtype_size(op->dtype) <= comm->params.rd_max_bytes))
-            return ring__allreduce_rd(comm, op);
-        return ring__allreduce_ring(comm, op);
+    case RING__COLL_ALLREDUCE: return rd ? ring__allreduce_rd(comm, op) : ring__allreduce_ring(comm, op);
     case RING__COLL_REDUCE_SCATTER: return ring__reduce_scatter_ring(comm, op);
     case RING__COLL_ALLGATHER: return ring__allgather_ring(comm, op);
     case RING__COLL_BROADCAST: return ring__broadcast_ring(comm, op);
-    case RING__COLL_BARRIER: return algo == RING__ALGO_RING ? ring__barrier_ring(comm, op) : ring__barrier_rd(comm, op);
+    case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# netns-bed test: a small allreduce sweep over the network-namespace bed of perf/netns/bed.sh
+# (3 hosts, links shaped to 1 Gbit/s). Skips (exit 77) with a reason when the machine cannot
+# host the bed: not root, no `ip netns`, or no veth/bridge/tbf in the kernel.
+#
+#   tests/netns_smoke.sh [BED_SH RING_PERF]   (default: $RING_TEST_NETNS_BED, $RING_TEST_RING_PERF)
+set -uo pipefail
+
+bed=${1:-${RING_TEST_NETNS_BED:-}}
+ring_perf=${2:-${RING_TEST_RING_PERF:-}}
+[[ -n $bed && -n $ring_perf ]] || { echo "netns_smoke: usage: $0 BED_SH RING_PERF" >&2; exit 2; }
+
+skip() { echo "SKIP: netns-bed: $*"; exit 77; }
+
+[[ $(id -u) -eq 0 ]] || skip "not root (network namespaces need root)"
+command -v ip >/dev/null || skip "ip (iproute2) not installed"
+command -v tc >/dev/null || skip "tc (iproute2) not installed"
+ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
+
+# Probe what the bed needs in a throw-away namespace, so that a container without the
+# privileges or a kernel without the modules is a skip, not a failure.
+probe=rcbprobe$$
+trap 'ip netns del "$probe" 2>/dev/null' EXIT
+ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace (ip netns add failed)"
+ip -n "$probe" link add pa type veth peer name pb 2>/dev/null || skip "no veth support"
+ip -n "$probe" link add pbr type bridge 2>/dev/null || skip "no bridge support"
+tc -n "$probe" qdisc replace dev pa root tbf rate 1gbit burst 256kb latency 10ms 2>/dev/null ||
+    skip "no tbf qdisc"
+ip netns del "$probe"
+trap - EXIT
+
+out=$(mktemp "${TMPDIR:-/tmp}/netns_smoke.XXXXXX")
+trap 'rm -f "$out"' EXIT
+prefix=rcbt$$-
+rc=0
+"$bed" -n 3 --timeout 45 --prefix "$prefix" -- "$ring_perf" -C allreduce -b 4 -e 1M -f 16 -n 3 -w 1 -c 1 >"$out" || rc=$?
+cat "$out"
+if ((rc != 0)); then
+    echo "FAIL: netns-bed: bed.sh exited with status $rc" >&2
+    exit 1
+fi
+# Rank 0's table: rows "size count type redop root time algbw busbw #wrong", all checked.
+rows=$(awk '$1 ~ /^[0-9]+$/ && NF >= 9 { n++ } END { print n + 0 }' "$out")
+if ((rows < 4)); then
+    echo "FAIL: netns-bed: expected at least 4 table rows from rank 0, got $rows" >&2
+    exit 1
+fi
+grep -q '^# Out of bounds values : 0 OK' "$out" || { echo "FAIL: netns-bed: wrong elements reported" >&2; exit 1; }
+left=$(ip netns list | awk -v p="$prefix" 'index($1, p) == 1 { print $1 }')
+[[ -z $left ]] || { echo "FAIL: netns-bed: namespaces left behind: $left" >&2; exit 1; }
+echo "PASS: netns-bed: $rows sizes over 3 namespaces"

@@ -1,0 +1,357 @@
+/*
+ * Unit tests for perf/perf_common.c, the network-free half of ring_perf and mpi_allreduce:
+ * bus-bandwidth factors and the alpha-beta model (expected values worked out by hand from the
+ * formulas in perf_common.h, not by calling the same arithmetic), size and option parsing, and
+ * the CSV row layout that perf/compare/compare.sh reads by column position.
+ */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "perf_common.h"
+
+/* Equal up to rounding of the decimal constants below. */
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(b) + 1); }
+#define NEAR(a, b) near((a), (b))
+
+static const int ranks[] = {1, 2, 4, 8};
+
+/* ---- busbw factors ------------------------------------------------------------------------ */
+
+Test(perf, busbw_factors)
+{
+    /* nccl-tests: allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n, broadcast 1. */
+    static const double ar[] = {0, 1, 1.5, 1.75}, half[] = {0, 0.5, 0.75, 0.875};
+    for (int k = 0; k < 4; k++) {
+        int n = ranks[k];
+        cr_expect(NEAR(pc_busbw_factor(PC_COLL_ALLREDUCE, n), ar[k]), "allreduce n=%d", n);
+        cr_expect(NEAR(pc_busbw_factor(PC_COLL_REDUCE_SCATTER, n), half[k]), "reduce_scatter n=%d", n);
+        cr_expect(NEAR(pc_busbw_factor(PC_COLL_ALLGATHER, n), half[k]), "allgather n=%d", n);
+        cr_expect(NEAR(pc_busbw_factor(PC_COLL_BROADCAST, n), 1), "broadcast n=%d", n);
+        cr_expect(NEAR(pc_busbw_factor(PC_COLL_BARRIER, n), 0), "barrier n=%d", n);
+    }
+}
+
+/* ---- the model ---------------------------------------------------------------------------- */
+
+/* alpha = 10 us, B = 1e9 bytes/s, S = 1 MiB: S/B = 1048.576 us. */
+#define ALPHA 10e-6
+#define BW 1e9
+#define S ((size_t)1 << 20)
+
+Test(perf, model_ring)
+{
+    /* n = 1, 2, 4, 8 */
+    static const double ar[] = {0, 20 + 1048.576, 60 + 1572.864, 140 + 1835.008};
+    static const double half[] = {0, 10 + 524.288, 30 + 786.432, 70 + 917.504};
+    static const double bc[] = {0, 10 + 1048.576, 30 + 1048.576, 70 + 1048.576};
+    static const double ba[] = {0, 10, 30, 70};
+    for (int k = 0; k < 4; k++) {
+        int n = ranks[k];
+        double v;
+        v = pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, n, S, ALPHA, BW);
+        cr_expect(NEAR(v, ar[k]), "allreduce n=%d: %.6f, expected %.6f", n, v, ar[k]);
+        v = pc_model_us(PC_COLL_REDUCE_SCATTER, PC_ALGO_RING, n, S, ALPHA, BW);
+        cr_expect(NEAR(v, half[k]), "reduce_scatter n=%d: %.6f, expected %.6f", n, v, half[k]);
+        v = pc_model_us(PC_COLL_ALLGATHER, PC_ALGO_RING, n, S, ALPHA, BW);
+        cr_expect(NEAR(v, half[k]), "allgather n=%d: %.6f, expected %.6f", n, v, half[k]);
+        v = pc_model_us(PC_COLL_BROADCAST, PC_ALGO_RING, n, S, ALPHA, BW);
+        cr_expect(NEAR(v, bc[k]), "broadcast n=%d: %.6f, expected %.6f", n, v, bc[k]);
+        v = pc_model_us(PC_COLL_BARRIER, PC_ALGO_RING, n, 0, ALPHA, BW);
+        cr_expect(NEAR(v, ba[k]), "barrier n=%d: %.6f, expected %.6f", n, v, ba[k]);
+    }
+}
+
+Test(perf, model_ps)
+{
+    /* 2(n-1) (alpha + S/B) */
+    static const double ps[] = {0, 2 * 1058.576, 6 * 1058.576, 14 * 1058.576};
+    for (int k = 0; k < 4; k++) {
+        double v = pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_PS, ranks[k], S, ALPHA, BW);
+        cr_expect(NEAR(v, ps[k]), "ps n=%d: %.6f, expected %.6f", ranks[k], v, ps[k]);
+    }
+    /* The baseline exists for allreduce only. */
+    cr_expect_eq(pc_model_us(PC_COLL_BROADCAST, PC_ALGO_PS, 4, S, ALPHA, BW), -1);
+    cr_expect_eq(pc_model_us(PC_COLL_BARRIER, PC_ALGO_PS, 1, 0, ALPHA, BW), -1);
+}
+
+Test(perf, model_rd)
+{
+    /* (log2 p + 2 [n > p]) (alpha + S/B); p = largest power of two <= n. */
+    static const int n[] = {1, 2, 3, 4, 5, 8};
+    static const double steps[] = {0, 1, 3, 2, 4, 3};
+    for (int k = 0; k < 6; k++) {
+        double v = pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RD, n[k], S, ALPHA, BW);
+        cr_expect(NEAR(v, steps[k] * 1058.576), "rd allreduce n=%d: %.6f, expected %.6f", n[k], v, steps[k] * 1058.576);
+        v = pc_model_us(PC_COLL_BARRIER, PC_ALGO_RD, n[k], 0, ALPHA, -1);
+        cr_expect(NEAR(v, steps[k] * 10), "rd barrier n=%d: %.6f, expected %.6f", n[k], v, steps[k] * 10);
+    }
+    cr_expect_eq(pc_model_us(PC_COLL_ALLGATHER, PC_ALGO_RD, 4, S, ALPHA, BW), -1, "rd runs allreduce and barrier only");
+    cr_expect_str_eq(pc_algo_name(PC_ALGO_RD), "rd");
+}
+
+Test(perf, model_unknown_parameters)
+{
+    cr_expect_eq(pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, 4, S, -1, BW), -1);
+    cr_expect_eq(pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, 4, S, ALPHA, 0), -1);
+    cr_expect_eq(pc_model_us(PC_COLL_ALLGATHER, PC_ALGO_RING, 4, S, ALPHA, -1), -1);
+    cr_expect_eq(pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_PS, 4, S, ALPHA, 0), -1);
+    /* The barrier moves no payload: alpha alone is enough. */
+    cr_expect(NEAR(pc_model_us(PC_COLL_BARRIER, PC_ALGO_RING, 4, 0, ALPHA, -1), 30));
+    cr_expect_eq(pc_model_us(PC_COLL_BARRIER, PC_ALGO_RING, 4, 0, -1, BW), -1);
+    /* One rank: nothing crosses a link, whatever is known. */
+    cr_expect_eq(pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, 1, S, -1, -1), 0);
+    /* alpha = 0 is a valid (pure bandwidth) model. */
+    cr_expect(NEAR(pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, 2, S, 0, BW), 1048.576));
+}
+
+Test(perf, eff_and_units)
+{
+    cr_expect(NEAR(pc_eff(50, 100), 0.5));
+    cr_expect(NEAR(pc_eff(300, 100), 3));
+    cr_expect_eq(pc_eff(0, 100), -1, "n = 1: model 0, no ratio");
+    cr_expect_eq(pc_eff(-1, 100), -1, "no model");
+    cr_expect_eq(pc_eff(10, 0), -1, "no time");
+    cr_expect(NEAR(pc_gbps_to_Bps(8), 1e9));
+    cr_expect(NEAR(pc_gbps_to_Bps(100), 12.5e9));
+    for (int c = 0; c < PC_COLL_COUNT; c++) cr_expect_not_null(pc_model_formula((pc_coll_t)c, PC_ALGO_RING));
+}
+
+Test(perf, collective_names)
+{
+    pc_coll_t c = PC_COLL_BARRIER;
+    for (int k = 0; k < PC_COLL_COUNT; k++) {
+        cr_assert_eq(pc_parse_coll(pc_coll_name((pc_coll_t)k), &c), 0);
+        cr_expect_eq(c, (pc_coll_t)k);
+    }
+    cr_expect_eq(pc_parse_coll("reducescatter", &c), 0);
+    cr_expect_eq(c, PC_COLL_REDUCE_SCATTER);
+    cr_expect_eq(pc_parse_coll("all_reduce", &c), 0);
+    cr_expect_eq(c, PC_COLL_ALLREDUCE);
+    cr_expect_eq(pc_parse_coll("all_gather", &c), 0);
+    cr_expect_eq(c, PC_COLL_ALLGATHER);
+    cr_expect_eq(pc_parse_coll("alltoall", &c), -1);
+    cr_expect_eq(pc_parse_coll("", &c), -1);
+    cr_expect_str_eq(pc_algo_name(PC_ALGO_RING), "ring");
+    cr_expect_str_eq(pc_algo_name(PC_ALGO_PS), "ps");
+}
+
+/* ---- sizes -------------------------------------------------------------------------------- */
+
+Test(perf, parse_size)
+{
+    static const struct {
+        const char *s;
+        size_t v;
+    } good[] = {
+        {"0", 0},           {"4", 4},           {"1K", 1024},           {"1k", 1024},
+        {"16M", 16u << 20}, {"2G", (size_t)2 << 30}, {"1KiB", 1024},    {"1KB", 1024},
+        {"3MiB", 3u << 20}, {"5b", 5},          {"1T", (size_t)1 << 40}, {"64m", 64u << 20},
+    };
+    for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+        size_t v = 12345;
+        cr_expect_eq(pc_parse_size(good[k].s, &v), 0, "'%s' rejected", good[k].s);
+        cr_expect_eq(v, good[k].v, "'%s' = %zu, expected %zu", good[k].s, v, good[k].v);
+    }
+    static const char *const bad[] = {"", "-1", "+1", "K", "1X", "1.5K", "12 ", " 12", "1KK", "1Bi",
+                                      "99999999999T", "18446744073709551616"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        size_t v = 777;
+        cr_expect_eq(pc_parse_size(bad[k], &v), -1, "'%s' accepted", bad[k]);
+        cr_expect_eq(v, 777, "'%s' wrote the output", bad[k]);
+    }
+    size_t v;
+    cr_expect_eq(pc_parse_size(NULL, &v), -1);
+}
+
+Test(perf, parse_double)
+{
+    double v = -5;
+    cr_expect_eq(pc_parse_double("2.5", 0, 10, &v), 0);
+    cr_expect(NEAR(v, 2.5));
+    cr_expect_eq(pc_parse_double("1e-3", 0, 10, &v), 0);
+    cr_expect(NEAR(v, 1e-3));
+    cr_expect_eq(pc_parse_double("11", 0, 10, &v), -1);
+    cr_expect_eq(pc_parse_double("nan", 0, 10, &v), -1);
+    cr_expect_eq(pc_parse_double("inf", 0, 1e300, &v), -1);
+    cr_expect_eq(pc_parse_double("1x", 0, 10, &v), -1);
+    cr_expect_eq(pc_parse_double("", 0, 10, &v), -1);
+    cr_expect_eq(pc_parse_double("1e999", 0, 1e308, &v), -1);
+}
+
+/* ---- option parsing through getopt_long, as ring_perf does it --------------------------- */
+
+/* Parse a NULL-terminated argv like ring_perf: returns 0, or -1 at the first invalid value
+ * (*err set). */
+static int parse(pc_opts_t *o, char **argv, const char **err)
+{
+    static const struct option longopts[] = {PC_LONGOPTS_OUTPUT, PC_LONGOPTS_PROBE, {NULL, 0, NULL, 0}};
+    int argc = 0;
+    while (argv[argc]) argc++;
+    pc_opts_init(o, 1, PC_OP_COUNT);
+    optind = 0; /* glibc: start over */
+    opterr = 0;
+    *err = NULL;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "A:G:b:e:f:i:n:w:c:d:o:I:", longopts, NULL)) != -1) {
+        int r = pc_parse_opt(o, ch, optarg, err);
+        if (r == -1) return -1;
+        if (r == 0) {
+            *err = "not a shared option";
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define PARSE(o, err, ...) parse(o, (char *[]){"ring_perf", __VA_ARGS__, NULL}, err)
+
+Test(perf, option_defaults)
+{
+    pc_opts_t o;
+    pc_opts_init(&o, 1, PC_OP_COUNT);
+    cr_expect_eq(o.fmt, PC_FMT_TABLE);
+    cr_expect(o.alpha_us < 0);
+    cr_expect(o.link_gbps < 0);
+    cr_expect_eq(o.probe, 1);
+    cr_expect_eq(o.probe_bytes, (size_t)64 << 20);
+    cr_expect_eq(o.algos, PC_ALGO_BIT(PC_ALGO_RING));
+    cr_expect_eq(o.mem, PC_MEM_HOST);
+}
+
+Test(perf, option_new_flags)
+{
+    pc_opts_t o;
+    const char *err;
+    cr_assert_eq(PARSE(&o, &err, "-A", "both", "-G", "host", "--json", "--alpha-us", "12.5", "--link-gbps", "8",
+                       "--no-probe", "--probe-bytes", "4M", "-b", "1K", "-e", "64M", "-f", "4"),
+                 0, "%s", err ? err : "");
+    cr_expect_eq(o.algos, PC_ALGO_BIT(PC_ALGO_RING) | PC_ALGO_BIT(PC_ALGO_PS));
+    cr_expect_eq(o.mem, PC_MEM_HOST);
+    cr_expect_eq(o.fmt, PC_FMT_JSON);
+    cr_expect(NEAR(o.alpha_us, 12.5));
+    cr_expect(NEAR(o.link_gbps, 8));
+    cr_expect_eq(o.probe, 0);
+    cr_expect_eq(o.probe_bytes, (size_t)4 << 20);
+    cr_expect_eq(o.minb, 1024);
+    cr_expect_eq(o.maxb, (size_t)64 << 20);
+    cr_expect_eq(o.factor, 4);
+
+    cr_assert_eq(PARSE(&o, &err, "-A", "ps", "-G", "cuda", "--csv", "--alpha-us=0"), 0);
+    cr_expect_eq(o.algos, PC_ALGO_BIT(PC_ALGO_PS));
+    cr_expect_eq(o.mem, PC_MEM_CUDA, "parsing accepts cuda; ring_perf refuses it when built without CUDA");
+    cr_expect_eq(o.fmt, PC_FMT_CSV);
+    cr_expect_eq(o.alpha_us, 0);
+    cr_assert_eq(PARSE(&o, &err, "-A", "ring", "--csv", "--csv"), 0, "repeating a format is harmless");
+    cr_expect_eq(o.algos, PC_ALGO_BIT(PC_ALGO_RING));
+}
+
+Test(perf, option_bad_values)
+{
+    pc_opts_t o;
+    const char *err;
+    cr_expect_eq(PARSE(&o, &err, "-A", "tree"), -1);
+    cr_expect_eq(PARSE(&o, &err, "-A", "Ring"), -1);
+    cr_expect_eq(PARSE(&o, &err, "-G", "gpu"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--csv", "--json"), -1);
+    cr_expect_str_eq(err, "--csv and --json exclude each other");
+    cr_expect_eq(PARSE(&o, &err, "--json", "--csv"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--alpha-us", "-1"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--alpha-us", "abc"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--alpha-us", "nan"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--link-gbps", "0"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--link-gbps", "-3"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--link-gbps", "10G"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--probe-bytes", "0"), -1);
+    cr_expect_eq(PARSE(&o, &err, "--probe-bytes", "4X"), -1);
+    cr_expect_eq(PARSE(&o, &err, "-b", "1.5K"), -1);
+    cr_expect_eq(PARSE(&o, &err, "-f", "1"), -1);
+    cr_expect_eq(PARSE(&o, &err, "-d", "float128"), -1);
+}
+
+Test(perf, next_size)
+{
+    size_t s = 4;
+    cr_expect_eq(pc_next_size(&s, 4, 0), 1);
+    cr_expect_eq(s, 16);
+    s = 0;
+    cr_expect_eq(pc_next_size(&s, 2, 0), 1, "-b 0 starts at 1");
+    cr_expect_eq(s, 2);
+    s = 100;
+    cr_expect_eq(pc_next_size(&s, 0, 28), 1);
+    cr_expect_eq(s, 128);
+    s = SIZE_MAX / 2 + 1;
+    cr_expect_eq(pc_next_size(&s, 2, 0), 0, "overflow ends the sweep");
+}
+
+/* ---- output layout ------------------------------------------------------------------------ */
+
+static void redirect(void) { cr_redirect_stdout(); }
+
+Test(perf, csv_columns, .init = redirect, .timeout = 10)
+{
+    pc_link_t l = {10e-6, 1e9, "--alpha-us", "--link-gbps"};
+    pc_out_t out = {PC_FMT_CSV, 0};
+    pc_row_t r = {.coll = "allreduce", .algo = "ps", .type = "float", .redop = "sum", .nranks = 4, .root = -1,
+                  .inplace = 0, .bytes = 1024, .count = 256, .us = 100, .algbw = 0.01024, .busbw = 0.01536,
+                  .wrong = 0, .model_us = 50, .link = &l};
+    pc_print_columns(PC_FMT_CSV);
+    pc_print_row(&out, &r);
+    r.model_us = -1;
+    r.wrong = -1;
+    pc_link_t none = {-1, -1, "--no-probe", "--no-probe"};
+    r.link = &none;
+    pc_print_row(&out, &r);
+    fflush(stdout);
+    /* compare.sh reads columns 3 (size), 9 (time), 11 (busbw), 12 (wrong) by position. */
+    cr_assert_stdout_eq_str(
+        "collective,nranks,size,count,type,redop,root,inplace,time_us,algbw_GBps,busbw_GBps,wrong,"
+        "model_us,eff,algo,alpha_us,link_GBps\n"
+        "allreduce,4,1024,256,float,sum,-1,0,100.000,0.010240,0.015360,0,50.000,0.5000,ps,10.000,1.000000\n"
+        "allreduce,4,1024,256,float,sum,-1,0,100.000,0.010240,0.015360,-1,,,ps,,\n");
+}
+
+Test(perf, table_row_without_model, .init = redirect, .timeout = 10)
+{
+    pc_out_t out = {PC_FMT_TABLE, 0};
+    pc_row_t r = {.coll = "allreduce", .algo = "ring", .type = "float", .redop = "sum", .nranks = 1, .root = -1,
+                  .bytes = 4, .count = 1, .us = 1, .algbw = 0.004, .busbw = 0, .wrong = 0, .model_us = 0};
+    pc_print_row(&out, &r);
+    fflush(stdout);
+    /* n = 1: model 0, eff "-" (no division by zero). */
+    cr_assert_stdout_eq_str("           4             1     float     sum      -1        1.00     0.004     0.000"
+                            "       0        0.00      -  ring\n");
+}
+
+Test(perf, json_rows, .init = redirect, .timeout = 10)
+{
+    pc_opts_t o;
+    pc_opts_init(&o, 1, PC_OP_COUNT);
+    pc_link_t l = {-1, 2e9, "--no-probe", "--link-gbps"};
+    char *argv[] = {"ring_perf", "--json", "quote\"d", NULL};
+    pc_meta_t m = {.program = "ring_perf", .collective = "allreduce", .algos = "ring", .dtype = "float",
+                   .op = "sum", .mem = "host", .host = "h", .library = "lib", .nranks = 2, .root = -1,
+                   .opts = &o, .link = &l, .argc = 3, .argv = argv};
+    pc_out_t out = {PC_FMT_JSON, 0};
+    pc_row_t r = {.coll = "allreduce", .algo = "ring", .type = "float", .redop = "sum", .nranks = 2, .root = -1,
+                  .bytes = 8, .count = 2, .us = 2, .algbw = 0.004, .busbw = 0.004, .wrong = -1, .model_us = -1,
+                  .link = &l};
+    pc_json_begin(&m);
+    pc_print_row(&out, &r);
+    pc_print_row(&out, &r);
+    pc_json_end(0);
+    fflush(stdout);
+    /* Only the stable parts (the date changes): escaped argv, null for unknowns, separators. */
+    char buf[8192] = {0};
+    FILE *f = cr_get_redirected_stdout();
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    cr_assert(n > 0);
+    cr_expect(strstr(buf, "\"command\": [\"ring_perf\", \"--json\", \"quote\\\"d\"]") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"alpha_us\": null") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"link_GBps\": 2.000000, \"link_Gbps\": 16.000000") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"wrong\": null, \"model_us\": null, \"eff\": null},\n    {") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"wrong_total\": 0, \"ok\": true\n}\n") != NULL, "%s", buf);
+}
