@@ -58,7 +58,7 @@ static void put_info(unsigned char *p, const ring__peer_info_t *info)
 }
 
 /* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
-static int get_info(const unsigned char *p, ring__peer_info_t *info)
+int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info)
 {
     memset(info, 0, sizeof *info);
     info->addr.len = ring__get32(p);
@@ -95,7 +95,7 @@ const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16]
     *nranks = ring__get32(buf + 24);
     *rank = ring__get32(buf + 28);
     *code = RING_ERR_PROTOCOL;
-    if (get_info(buf + 32, info) != 0) return "malformed address in HELLO";
+    if (ring__peer_info_parse(buf + 32, info) != 0) return "malformed address in HELLO";
     *code = RING_OK;
     return NULL;
 }
@@ -356,7 +356,7 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         goto fail;
     }
     for (int r = 0; r < n; r++) {
-        if (get_info(table + (size_t)r * RING__TABLE_ENTRY_LEN, &all[r]) != 0) {
+        if (ring__peer_info_parse(table + (size_t)r * RING__TABLE_ENTRY_LEN, &all[r]) != 0) {
             rc = ring__seterr(comm, RING_ERR_PROTOCOL, "bootstrap: malformed entry %d in the rank table", r);
             goto fail;
         }

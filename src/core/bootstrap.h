@@ -47,6 +47,8 @@ void ring__host_identity(ring__peer_info_t *info);
  * rejection (NULL if valid) and fills rank/nranks/info. */
 const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16], uint32_t *rank,
                               uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code);
+/* One 240-byte rank-table entry (also the address block of a HELLO): 0 if valid. */
+int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info);
 void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t rank,
                        uint32_t nranks, const ring__peer_info_t *info);
 

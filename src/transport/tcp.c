@@ -304,6 +304,32 @@ static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int pe
     return RING_OK;
 }
 
+const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16], uint64_t nonce, int nsocks,
+                               int nranks, int myrank, uint32_t *rank, uint32_t *idx)
+{
+    uint32_t ver = ring__get32(h + 4);
+    *rank = ring__get32(h + 24);
+    *idx = ring__get32(h + 28);
+    if (ring__get32(h) != HS_MAGIC) return "not a ringcomm data connection (bad magic)";
+    if ((ver & 0xffff) != TCP_VERSION) return "protocol version differs";
+    if (!ring__secret_equal(h + 8, secret, 16)) return "wrong job secret";
+    if (ring__get64(h + 32) != nonce) return "belongs to another job instance";
+    if ((ver >> 16) != (uint32_t)nsocks) return "RING_NSOCKS differs between ranks";
+    if (*rank >= (uint32_t)nranks || *rank == (uint32_t)myrank) return "sender rank out of range";
+    if (*idx >= (uint32_t)nsocks) return "bad socket index";
+    return NULL;
+}
+
+int ring__tcp_hdr_check(const unsigned char *hdr, uint32_t want_seq, size_t want_len, uint32_t *seq, uint64_t *len)
+{
+    *seq = ring__get32(hdr + 4);
+    *len = ring__get64(hdr + 8);
+    if (ring__get32(hdr) != MSG_MAGIC) return 1;
+    if (*seq != want_seq) return 2;
+    if (*len != want_len) return 3;
+    return 0;
+}
+
 static void drop_pending(tcp_listen *l, int i, const char *why)
 {
     char b[80];
@@ -355,17 +381,10 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
             i++;
             continue;
         }
-        const unsigned char *h = p->buf;
-        uint32_t ver = ring__get32(h + 4);
-        uint32_t rank = ring__get32(h + 24), idx = ring__get32(h + 28);
-        const char *why = NULL;
-        if (ring__get32(h) != HS_MAGIC) why = "not a ringcomm data connection (bad magic)";
-        else if ((ver & 0xffff) != TCP_VERSION) why = "protocol version differs";
-        else if (!ring__secret_equal(h + 8, comm->params.secret, 16)) why = "wrong job secret";
-        else if (ring__get64(h + 32) != comm->job_nonce) why = "belongs to another job instance";
-        else if ((ver >> 16) != (uint32_t)ctx->nsocks) why = "RING_NSOCKS differs between ranks";
-        else if (rank >= (uint32_t)l->nranks || rank == (uint32_t)comm->rank) why = "sender rank out of range";
-        else if (idx >= (uint32_t)ctx->nsocks || l->fds[rank][idx] >= 0) why = "bad or duplicate socket index";
+        uint32_t rank, idx;
+        const char *why = ring__tcp_hs_check(p->buf, comm->params.secret, comm->job_nonce, ctx->nsocks, l->nranks,
+                                             comm->rank, &rank, &idx);
+        if (!why && l->fds[rank][idx] >= 0) why = "duplicate socket index";
         if (why) {
             drop_pending(l, i, why);
             continue;
@@ -492,22 +511,25 @@ static ring_result_t conn_fail(tcp_conn *c, ring_result_t rc, int err, const cha
 
 static ring_result_t check_header(tcp_conn *c, tcp_req *r)
 {
-    uint32_t magic = ring__get32(r->hdr), seq = ring__get32(r->hdr + 4);
-    uint64_t len = ring__get64(r->hdr + 8);
+    uint32_t seq;
+    uint64_t len;
     ring_comm_t *comm = c->ctx->comm;
-    if (magic != MSG_MAGIC)
+    switch (ring__tcp_hdr_check(r->hdr, r->seq, r->len, &seq, &len)) {
+    case 1:
         return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL,
                                         "tcp: garbage from %s: bad message magic 0x%08x (stream out of sync)",
-                                        c->desc, magic);
-    if (seq != r->seq)
+                                        c->desc, ring__get32(r->hdr));
+    case 2:
         return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL,
                                         "tcp: message %u from %s arrived while %u was expected", seq, c->desc, r->seq);
-    if (len != r->len)
+    case 3:
         return c->failed = ring__seterr(comm, RING_ERR_MISMATCH,
                                         "tcp: message %u from %s is %llu bytes, this rank expected %zu "
                                         "(ranks disagree on count, dtype or collective)",
                                         r->seq, c->desc, (unsigned long long)len, r->len);
-    return RING_OK;
+    default:
+        return RING_OK;
+    }
 }
 
 static ring_result_t drive(tcp_conn *c, sockq *q, int *moved)

@@ -89,4 +89,17 @@ typedef struct ring__transport {
 
 extern const ring__transport_t ring__tcp_transport;
 
+/*
+ * The TCP transport's wire checks, pure functions so that tests and fuzzers can drive them.
+ * hs_check: a 40-byte connection handshake; NULL if it may be accepted (then *rank and *idx
+ * are the sender's rank and socket index, both in range), else the reason to drop it.
+ * hdr_check: a 16-byte message header against the expected sequence number and length;
+ * 0 good, 1 bad magic, 2 wrong sequence, 3 wrong length.
+ */
+#define RING__TCP_HS_LEN 40
+#define RING__TCP_HDR_LEN 16
+const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16], uint64_t nonce, int nsocks,
+                               int nranks, int myrank, uint32_t *rank, uint32_t *idx);
+int ring__tcp_hdr_check(const unsigned char *hdr, uint32_t want_seq, size_t want_len, uint32_t *seq, uint64_t *len);
+
 #endif
