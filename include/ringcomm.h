@@ -19,7 +19,12 @@
  *     (each is bounded by the timeout; abort first to make that immediate), then frees
  *     everything, including requests that were never waited for.
  *   - After any failure inside a collective (timeout, dead peer, mismatch, abort) the
- *     communicator is failed: every later call returns the first error at once.
+ *     communicator is failed: every later call returns the first error at once. The failure
+ *     is also sent to the other ranks, whose calls in flight return an error naming this rank
+ *     within milliseconds (RING_ERR_MISMATCH and RING_ERR_TIMEOUT keep their code, other
+ *     causes arrive as RING_ERR_PEER); a rank that dies is reported the same way.
+ *   - A call on a destroyed communicator (destroy twice included) returns
+ *     RING_ERR_INVALID_ARG, as long as its memory was not reused by a new communicator.
  *
  * Threads
  *   Every function may be called from any thread. Calls on one communicator are serialised

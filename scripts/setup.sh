@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(gcc g++ make meson ninja-build pkg-config libcriterion-dev openmpi-bin libopenmpi-dev python3
-      gnuplot-nox iproute2)
+      gnuplot-nox iproute2 clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

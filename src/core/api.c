@@ -19,6 +19,9 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     const char *name = ring__coll_name(op->coll);
     if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: comm is NULL", name);
+    if (!ring__comm_live(comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: not a live communicator (destroyed, or never created)",
+                            name);
     char what[64];
     snprintf(what, sizeof what, "ring_%s", name);
     ring_result_t fc = ring__failed_result(comm, what);

@@ -170,6 +170,44 @@ static void release_network(ring_comm_t *comm)
     comm->bs = NULL;
 }
 
+/* Every communicator between creation and destroy, so that a call on a destroyed (or never
+ * created) handle is an error instead of a use after free. A freed address can be reused by a
+ * new communicator; then the old handle aliases the new one, which no registry can tell. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static ring_comm_t *live_head;
+
+int ring__comm_live(const ring_comm_t *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_mu);
+    for (ring_comm_t *c = live_head; c && !found; c = c->live_next) found = c == comm;
+    pthread_mutex_unlock(&live_mu);
+    return found;
+}
+
+static void live_add(ring_comm_t *comm)
+{
+    pthread_mutex_lock(&live_mu);
+    comm->live_next = live_head;
+    live_head = comm;
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* Returns 0 if comm was not live. */
+static int live_remove(ring_comm_t *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_mu);
+    for (ring_comm_t **pp = &live_head; *pp; pp = &(*pp)->live_next)
+        if (*pp == comm) {
+            *pp = comm->live_next;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+    return found;
+}
+
 static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
 {
     ring_result_t rc;
@@ -258,6 +296,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     pthread_mutex_init(&comm->mu, NULL);
     pthread_cond_init(&comm->cv_work, NULL);
     pthread_cond_init(&comm->cv_done, NULL);
+    live_add(comm);
     *out = comm;
 
     if (ring__params_resolve(&comm->params, cfg) != RING_OK) {
@@ -314,6 +353,8 @@ ring_result_t ring_comm_init_env(ring_comm_t **comm)
 ring_result_t ring_comm_abort(ring_comm_t *comm)
 {
     if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: comm is NULL");
+    if (!ring__comm_live(comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: not a live communicator (destroyed?)");
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     uint64_t one = 1;
     if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) { /* already signalled */ }
@@ -335,6 +376,8 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
 ring_result_t ring_comm_destroy(ring_comm_t *comm)
 {
     if (!comm) return RING_OK;
+    if (!live_remove(comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_destroy: not a live communicator (destroyed twice?)");
     pthread_mutex_lock(&comm->mu);
     comm->shutdown = 1;
     pthread_cond_broadcast(&comm->cv_work);
@@ -364,5 +407,5 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     return RING_OK;
 }
 
-int ring_comm_rank(const ring_comm_t *comm) { return comm ? comm->rank : -1; }
-int ring_comm_nranks(const ring_comm_t *comm) { return comm ? comm->nranks : -1; }
+int ring_comm_rank(const ring_comm_t *comm) { return comm && ring__comm_live(comm) ? comm->rank : -1; }
+int ring_comm_nranks(const ring_comm_t *comm) { return comm && ring__comm_live(comm) ? comm->nranks : -1; }

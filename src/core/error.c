@@ -148,6 +148,7 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)
 
 const char *ring_comm_last_error(const ring_comm_t *comm)
 {
+    if (comm && !ring__comm_live(comm)) return "not a live communicator (destroyed, or never created)";
     return comm ? comm->errmsg : tls_err;
 }
 

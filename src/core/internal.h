@@ -86,6 +86,7 @@ typedef struct ring__params {
 
 struct ring_comm {
     int rank, nranks;
+    struct ring_comm *live_next; /* registry of live communicators (comm.c) */
     ring__params_t params;
 
     /* Error state. fail_code is set once, by the first failure of a collective; later calls
@@ -163,6 +164,9 @@ char *ring__tls_errbuf(void);
 ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp);
 
 static inline int ring__mod_int(int a, int n) { return ((a % n) + n) % n; }
+
+/* Is comm a communicator that was created and not yet destroyed? */
+int ring__comm_live(const ring_comm_t *comm);
 
 /* Monotonic clock in nanoseconds. */
 int64_t ring__now_ns(void);
