@@ -202,11 +202,12 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
             continue;
         }
         /* Name the first unfinished op: in a chain of point-to-point steps, that is the
-         * peer this rank is waiting for. */
+         * peer this rank is waiting for. Formatted only on the way out: this loop spins. */
         int w = 0;
         while (w < nops && st[w].done) w++;
         char d[160];
-        ring__peer_desc(comm, ops[w].peer, d, sizeof d);
+        if (atomic_load_explicit(&comm->aborted, memory_order_acquire) || now - last > timeout_ns)
+            ring__peer_desc(comm, ops[w].peer, d, sizeof d);
         if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
             rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted by ring_comm_abort while %s %zu bytes %s %s",
                               ops[w].is_send ? "sending" : "receiving", ops[w].len, ops[w].is_send ? "to" : "from", d);
