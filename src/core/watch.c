@@ -61,7 +61,11 @@ long ring__notice_parse(const unsigned char *buf, size_t len, uint32_t *type, ui
     uint32_t t = ring__get32(buf + 4), cl = ring__get32(buf + 12);
     size_t n = cl >> 16;
     uint32_t c = cl & 0xffffu;
-    if ((t != RING__NOTICE_FAIL && t != RING__NOTICE_BYE) || n > RING__NOTICE_TEXT_MAX || c >= 64) return -1;
+    /* A FAIL carries one of the codes wire_code() sends; RING_OK there would make a call in
+     * flight return success without finishing (found by tests/fuzz/fuzz_notice). */
+    int fail_ok = c == RING_ERR_PEER || c == RING_ERR_MISMATCH || c == RING_ERR_TIMEOUT;
+    if (!(t == RING__NOTICE_FAIL && fail_ok) && !(t == RING__NOTICE_BYE && c == 0)) return -1;
+    if (n > RING__NOTICE_TEXT_MAX) return -1;
     if (len < RING__NOTICE_HDR + n) return 0;
     *type = t;
     *origin = ring__get32(buf + 8);
@@ -95,7 +99,9 @@ ring_result_t ring__remote_result(ring_comm_t *comm, const char *what)
     pthread_mutex_lock(&comm->err_mu);
     snprintf(comm->errmsg, sizeof comm->errmsg, "%s: %.900s", what, comm->fail_msg);
     pthread_mutex_unlock(&comm->err_mu);
-    return (ring_result_t)atomic_load(&comm->fail_code);
+    int fc = atomic_load(&comm->fail_code);
+    /* remote_failed is only set after a failure code was recorded; never report success. */
+    return fc == RING_OK ? RING_ERR_INTERNAL : (ring_result_t)fc;
 }
 
 /* Whole frame or nothing useful: a short deadline, since a peer that does not read its star
