@@ -10,8 +10,10 @@
  * error; 3 bad usage or setup; 77 rank 0 could not bind the root port (the harness retries
  * with another port).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -758,19 +760,149 @@ static int scenario_matrix(uint64_t seed)
     return rc;
 }
 
+/* ---- soak: what a long run must give back ---- */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SOAK_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SOAK_SANITIZED 1
+#endif
+#endif
+#ifndef SOAK_SANITIZED
+#define SOAK_SANITIZED 0
+#endif
+
+typedef struct {
+    int fds;
+    long threads, rss_kb;
+    long long heap; /* malloc'd bytes in use, -1 where unknown */
+} soak_t;
+
+static int soak_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+static long soak_status(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ':') v = strtol(line + kl + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+static soak_t soak_sample(void)
+{
+    soak_t s = {.fds = soak_fds(), .threads = soak_status("Threads"), .heap = -1};
+#if !SOAK_SANITIZED && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    /* Give free pages back first, so that RSS counts what is live, not malloc's cache of
+     * what the largest batch once needed. */
+    malloc_trim(0);
+    struct mallinfo2 mi = mallinfo2();
+    s.heap = (long long)(mi.uordblks + mi.hblkhd);
+#endif
+    s.rss_kb = soak_status("VmRSS");
+    return s;
+}
+
+/* A size knob as the library reads it (digits and an optional K/M/G), or the default. */
+static size_t soak_env_size(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    int sh = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : *end == 'G' || *end == 'g' ? 30 : 0;
+    return (size_t)x << sh;
+}
+
+/*
+ * The run must end with the fds and threads it had after init, exactly, and with no more
+ * memory in use than the library keeps on purpose: its pipeline scratch (RING_PIPELINE_DEPTH
+ * slots of RING_CHUNK_BYTES, allocated on the first ring collective) plus 256 KiB for the
+ * engine's bookkeeping, the transport's request pools and socket queues, all bounded by the
+ * depth, not by the number of calls. Leaking 52 bytes a call over 5000 calls exceeds that.
+ * RSS (after malloc_trim) gets the same allowance plus 8 MiB: pages that stay partly used
+ * at the ends of the heaps of the main and the progress thread's arena, and malloc's
+ * per-arena bookkeeping; the batches' buffers alone peak at ~15 MB (5 ops x 2 x 1.28 MB).
+ * Under ASan/TSan only fds and threads are compared: quarantine and shadow memory make RSS
+ * meaningless there, and LeakSanitizer checks the heap exactly at exit.
+ */
+static int soak_check(const soak_t *init, const soak_t *end, long ops)
+{
+    int bad = 0;
+    if (end->fds != init->fds) {
+        wlog("soak: %d file descriptors open after %ld collectives, %d after init", end->fds, ops, init->fds);
+        bad = 1;
+    }
+    if (end->threads != init->threads) {
+        wlog("soak: %ld threads after %ld collectives, %ld after init", end->threads, ops, init->threads);
+        bad = 1;
+    }
+    size_t depth = soak_env_size("RING_PIPELINE_DEPTH", 4), chunk = soak_env_size("RING_CHUNK_BYTES", 512 * 1024);
+    long long kept = (long long)(depth * ((chunk + 63) & ~(size_t)63)) + 256 * 1024;
+    if (init->heap >= 0 && end->heap - init->heap > kept) {
+        wlog("soak: %lld bytes more in use after %ld collectives than after init (the library may keep %lld)",
+             end->heap - init->heap, ops, kept);
+        bad = 1;
+    }
+    long rss_slack_kb = (long)(kept / 1024) + 8 * 1024;
+    if (!SOAK_SANITIZED && init->rss_kb > 0 && end->rss_kb - init->rss_kb > rss_slack_kb) {
+        wlog("soak: VmRSS grew by %ld kB over %ld collectives (bound %ld kB)", end->rss_kb - init->rss_kb, ops, rss_slack_kb);
+        bad = 1;
+    }
+    if (g_rank == 0)
+        wlog("soak: after %ld collectives: fds %d -> %d, threads %ld -> %ld, VmRSS %ld -> %ld kB, heap in use %lld -> %lld B%s",
+             ops, init->fds, end->fds, init->threads, end->threads, init->rss_kb, end->rss_kb, init->heap, end->heap,
+             SOAK_SANITIZED ? " (memory not compared under a sanitizer)" : "");
+    return bad;
+}
+
 static int scenario_backtoback(uint64_t seed)
 {
+    soak_t before = soak_sample();
     ctx_t c = make_ctx(init_comm_env(), seed, "");
     const size_t nops = 5000;
     op_t *ops = mixed_schedule(c.n, seed, 3, nops, 40000);
     rng_t sched = rng_make(seed, 4);
+    soak_t at_init = soak_sample();
     double t0 = now_s();
     run_ops(&c, ops, nops, &sched);
     if (g_rank == 0) wlog("checked %ld collectives in %.2f s", c.checked, now_s() - t0);
+    int soak_bad = 0;
+    if (!c.lib_error) {
+        soak_t end = soak_sample();
+        soak_bad = soak_check(&at_init, &end, c.checked);
+    }
     write_checked(c.checked);
     int rc = finish(&c, "backtoback");
     free(ops);
-    return rc;
+    /* Destroyed, the communicator leaves nothing open and no thread behind. Exceptions: the
+     * library's log file, when there is one, stays open for the process, and TSan starts its
+     * own background thread at the first pthread_create (init's). */
+    if (!rc && !soak_bad) {
+        soak_t after = soak_sample();
+        int log_fd = getenv("RING_DEBUG") && getenv("RING_DEBUG_FILE") ? 1 : 0;
+        if (after.fds > before.fds + log_fd || after.threads > before.threads + SOAK_SANITIZED) {
+            wlog("soak: after ring_comm_destroy: %d fds and %ld threads, %d and %ld before init", after.fds,
+                 after.threads, before.fds, before.threads);
+            soak_bad = 1;
+        }
+    }
+    return rc ? rc : soak_bad ? EXIT_CHECK : 0;
 }
 
 /* ---- faults: one rank is SIGKILLed at a random moment ---- */

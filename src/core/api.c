@@ -38,7 +38,9 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
     size_t es = ring_dtype_size(op->dtype);
     int full = op->coll == RING__COLL_REDUCE_SCATTER || op->coll == RING__COLL_ALLGATHER;
     size_t mult = full ? (size_t)comm->nranks : 1;
-    if (op->count > SIZE_MAX / es / mult)
+    /* No object is larger than PTRDIFF_MAX bytes; a larger count is a bug in the caller that
+     * would otherwise reach memmove or the wire. */
+    if (op->count > (size_t)PTRDIFF_MAX / es / mult)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: count %zu x %zu-byte %s%s overflows the address space",
                             name, op->count, es, ring__dtype_name(op->dtype), full ? " x nranks" : "");
     if (op->count == 0) return RING_OK;
@@ -73,7 +75,10 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
 
 static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp, int async)
 {
-    if (async && !reqp) return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
+    /* A NULL or destroyed comm must not be written to: its message goes to the thread. */
+    ring_comm_t *errc = comm && ring__comm_live(comm) ? comm : NULL;
+    if (async && !reqp)
+        return ring__seterr(errc, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
     if (async) *reqp = NULL;
     ring_result_t rc = validate(comm, op);
     if (rc != RING_OK) return rc;

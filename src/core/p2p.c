@@ -257,6 +257,7 @@ ring_result_t ring__p2p_run(ring_comm_t *comm, ring__p2p_op_t *ops, int nops)
     engine_acquire(comm);
     rc = ring__p2p_run_locked(comm, ops, nops);
     engine_release(comm);
-    if (rc != RING_OK) ring__comm_fail(comm, rc);
+    /* Like the public calls, a bad argument is refused without failing the communicator. */
+    if (rc != RING_OK && rc != RING_ERR_INVALID_ARG) ring__comm_fail(comm, rc);
     return rc;
 }
