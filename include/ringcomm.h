@@ -14,8 +14,9 @@
  *     with matching count, dtype, op and root. Calls are queued and run in the order issued.
  *   - A ring_request_t is created by an _async call and freed by the ring_wait() that completes
  *     it. ring_test() never frees; call ring_wait() once it reports done (it returns at once).
- *   - ring_comm_abort() never blocks: it fails every call in flight or queued with
- *     RING_ERR_ABORTED, from any thread. ring_comm_destroy() waits for queued operations to end
+ *   - ring_comm_abort() does not wait for the call in flight: it fails every call in flight or
+ *     queued with RING_ERR_ABORTED, from any thread, and tells the other ranks (at most
+ *     200 ms per rank whose connection does not take the notice). ring_comm_destroy() waits for queued operations to end
  *     (each is bounded by the timeout; abort first to make that immediate), then frees
  *     everything, including requests that were never waited for.
  *   - After any failure inside a collective (timeout, dead peer, mismatch, abort) the
@@ -25,6 +26,8 @@
  *     causes arrive as RING_ERR_PEER); a rank that dies is reported the same way.
  *   - A call on a destroyed communicator (destroy twice included) returns
  *     RING_ERR_INVALID_ARG, as long as its memory was not reused by a new communicator.
+ *     ring_comm_destroy() must still be the last call on a communicator: no other thread may
+ *     be calling into it while it runs.
  *
  * Threads
  *   Every function may be called from any thread. Calls on one communicator are serialised

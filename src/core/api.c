@@ -75,13 +75,13 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
 
 static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp, int async)
 {
-    /* A NULL or destroyed comm must not be written to: its message goes to the thread. */
-    ring_comm_t *errc = comm && ring__comm_live(comm) ? comm : NULL;
-    if (async && !reqp)
-        return ring__seterr(errc, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
-    if (async) *reqp = NULL;
+    if (async && reqp) *reqp = NULL;
+    /* validate() first: a NULL, destroyed or failed comm answers as such (and is never written
+     * to when destroyed), whatever else is wrong with the call. */
     ring_result_t rc = validate(comm, op);
     if (rc != RING_OK) return rc;
+    if (async && !reqp)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
     return ring__submit(comm, op, async ? reqp : NULL);
 }
 

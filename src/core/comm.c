@@ -358,9 +358,11 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     uint64_t one = 1;
     if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) { /* already signalled */ }
-    pthread_mutex_lock(&comm->mu);
+    /* Outside mu: telling the other ranks may wait briefly on a full star socket, and the
+     * queue below must be released without that wait. */
     ring__seterr(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
     ring__comm_fail(comm, RING_ERR_ABORTED);
+    pthread_mutex_lock(&comm->mu);
     while (comm->qhead) {
         struct ring_request *r = comm->qhead;
         comm->qhead = r->qnext;
