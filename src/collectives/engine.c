@@ -19,9 +19,6 @@
  *  A call fails with RING_ERR_TIMEOUT after RING_TIMEOUT_MS without any progress, naming the
  *  peer it was waiting for; with RING_ERR_ABORTED within one poll wake-up of ring_comm_abort.
  */
-#include <errno.h>
-#include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +26,13 @@
 
 #include "engine.h"
 #include "log.h"
+#include "p2p.h"
 #include "wire.h"
 #include "transport.h"
 #include "watch.h"
 
 #define DESC_LEN RING__DESC_LEN
 #define DESC_MAGIC 0x5247504fu /* "RGOP" */
-#define MAX_POLL (2 * 16 + 1)
 
 /* Fields that do not apply to a collective are zeroed so that they never cause a mismatch. */
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo)
@@ -175,9 +172,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     void *dsend = NULL, *drecv = NULL;
     int got_desc = 0, sent_desc = 0;
     size_t ns_posted = 0, ns_done = 0, nr_posted = 0, nr_done = 0;
-    int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
     int64_t last = ring__now_ns();
-    const int64_t spin_ns = (int64_t)comm->params.spin_us * 1000;
 
     RING_CHECK(ring__scratch_ensure(comm, (size_t)depth * slot_bytes));
     RING_CHECK(ensure_state(comm, depth));
@@ -305,41 +300,22 @@ ring_result_t ring__engine_run(ring__sched_t *s)
             last = now;
             continue;
         }
-        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
+        int stop;
+        void *conns[2] = {sc, rc_};
+        RING_CHECK(ring__wait_idle(comm, conns, 2, now - last, &stop));
+        if (stop == RING__WAIT_ABORTED) {
             rc = waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
             goto fail;
         }
-        if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) {
-            char what[64];
-            snprintf(what, sizeof what, "%s #%llu", ring__coll_name(s->op->coll), (unsigned long long)s->op->seq);
-            rc = ring__remote_result(comm, what);
+        if (stop == RING__WAIT_REMOTE) {
+            rc = ring__remote_result(comm, ring__coll_name(s->op->coll));
             goto fail;
         }
-        if (now - last > timeout_ns) {
+        if (stop == RING__WAIT_TIMEOUT) {
             char what[96];
             snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
             rc = waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
             goto fail;
-        }
-        /* A reply usually arrives within microseconds; sleeping costs a wake-up that is
-         * longer than that, so poll actively for a short while first. */
-        if (now - last < spin_ns) {
-            sched_yield();
-            continue;
-        }
-        struct pollfd fds[MAX_POLL];
-        int nsf = tp->pollfds(sc, fds, MAX_POLL - 1);
-        int nrf = tp->pollfds(rc_, fds + nsf, MAX_POLL - 1 - nsf);
-        fds[nsf + nrf] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
-        int64_t left_ms = (timeout_ns - (now - last)) / 1000000 + 1;
-        int r = poll(fds, (nfds_t)(nsf + nrf + 1), (int)RING__MIN(left_ms, 1000));
-        if (r < 0 && errno != EINTR) {
-            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "engine: poll");
-            goto fail;
-        }
-        for (int i = 0; r > 0 && i < nsf + nrf; i++) {
-            if (!(fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))) continue;
-            RING_CHECK(tp->check(i < nsf ? sc : rc_));
         }
     }
 

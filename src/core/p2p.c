@@ -135,6 +135,40 @@ typedef struct slot {
     int posted, done;
 } slot;
 
+ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop)
+{
+    const ring__transport_t *tp = comm->tp;
+    const int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
+    *stop = RING__WAIT_GO_ON;
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) *stop = RING__WAIT_ABORTED;
+    else if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) *stop = RING__WAIT_REMOTE;
+    else if (idle_ns > timeout_ns) *stop = RING__WAIT_TIMEOUT;
+    if (*stop != RING__WAIT_GO_ON) return RING_OK;
+    /* A reply usually arrives within microseconds; sleeping costs a wake-up that is longer
+     * than that, so poll actively for a short while first. */
+    if (idle_ns < (int64_t)comm->params.spin_us * 1000) {
+        sched_yield();
+        return RING_OK;
+    }
+    struct pollfd fds[MAX_FDS];
+    int owner[MAX_FDS], nf = 0;
+    for (int k = 0; k < nconns && nf < MAX_FDS - 1; k++) {
+        int got = tp->pollfds(conns[k], fds + nf, MAX_FDS - 1 - nf);
+        for (int j = 0; j < got; j++) owner[nf + j] = k;
+        nf += got;
+    }
+    fds[nf] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+    int64_t left_ms = (timeout_ns - idle_ns) / 1000000 + 1;
+    int r = poll(fds, (nfds_t)nf + 1, (int)RING__MIN(left_ms, 1000));
+    if (r < 0 && errno != EINTR) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "poll");
+    for (int i = 0; r > 0 && i < nf; i++)
+        if (fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) {
+            ring_result_t rc = tp->check(conns[owner[i]]);
+            if (rc != RING_OK) return rc;
+        }
+    return RING_OK;
+}
+
 ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int nops)
 {
     ring_result_t rc = RING_OK;
@@ -142,9 +176,7 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
     slot st[RING__P2P_MAX_OPS];
     void *conns[2 * RING__P2P_MAX_OPS];
     int nconn = 0, ndone = 0;
-    int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
     int64_t last = ring__now_ns();
-    const int64_t spin_ns = (int64_t)comm->params.spin_us * 1000;
 
     if (nops < 0 || nops > RING__P2P_MAX_OPS || (nops && !ops))
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "p2p: %d ops (at most %d)", nops, RING__P2P_MAX_OPS);
@@ -201,49 +233,24 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
             last = now;
             continue;
         }
-        /* Name the first unfinished op: in a chain of point-to-point steps, that is the
-         * peer this rank is waiting for. Formatted only on the way out: this loop spins. */
-        int w = 0;
-        while (w < nops && st[w].done) w++;
-        char d[160];
-        if (atomic_load_explicit(&comm->aborted, memory_order_acquire) || now - last > timeout_ns)
-            ring__peer_desc(comm, ops[w].peer, d, sizeof d);
-        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) {
-            rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted by ring_comm_abort while %s %zu bytes %s %s",
-                              ops[w].is_send ? "sending" : "receiving", ops[w].len, ops[w].is_send ? "to" : "from", d);
-            goto fail;
-        }
-        if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) {
+        int stop;
+        RING_CHECK(ring__wait_idle(comm, conns, nconn, now - last, &stop));
+        if (stop == RING__WAIT_GO_ON) continue;
+        if (stop == RING__WAIT_REMOTE) {
             rc = ring__remote_result(comm, "p2p");
             goto fail;
         }
-        if (now - last > timeout_ns) {
-            rc = ring__seterr(comm, RING_ERR_TIMEOUT, "timed out: no progress for %d ms (RING_TIMEOUT_MS) while %s %zu bytes %s %s",
-                              comm->params.timeout_ms, ops[w].is_send ? "sending" : "receiving", ops[w].len,
-                              ops[w].is_send ? "to" : "from", d);
-            goto fail;
-        }
-        if (now - last < spin_ns) {
-            sched_yield();
-            continue;
-        }
-        struct pollfd fds[MAX_FDS];
-        int nf = 0;
-        int owner[MAX_FDS];
-        for (int k = 0; k < nconn && nf < MAX_FDS - 1; k++) {
-            int got = tp->pollfds(conns[k], fds + nf, MAX_FDS - 1 - nf);
-            for (int j = 0; j < got; j++) owner[nf + j] = k;
-            nf += got;
-        }
-        fds[nf] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
-        int64_t left_ms = (timeout_ns - (now - last)) / 1000000 + 1;
-        int r = poll(fds, (nfds_t)nf + 1, (int)RING__MIN(left_ms, 1000));
-        if (r < 0 && errno != EINTR) {
-            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "p2p: poll");
-            goto fail;
-        }
-        for (int i = 0; r > 0 && i < nf; i++)
-            if (fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) RING_CHECK(tp->check(conns[owner[i]]));
+        /* Name the first unfinished op: in a chain of point-to-point steps, that is the peer
+         * this rank is waiting for. */
+        int w = 0;
+        while (w < nops && st[w].done) w++;
+        char d[160], why[96];
+        ring__peer_desc(comm, ops[w].peer, d, sizeof d);
+        if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
+        else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
+        rc = ring__seterr(comm, stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT, "%s while %s %zu bytes %s %s",
+                          why, ops[w].is_send ? "sending" : "receiving", ops[w].len, ops[w].is_send ? "to" : "from", d);
+        goto fail;
     }
 fail:
     return rc;

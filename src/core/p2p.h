@@ -54,6 +54,16 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
  * skipping those that exist; until deadline_ns. Used by init (the ring) and p2p_connect. */
 ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, const int *from, int nfrom,
                                    int64_t deadline_ns);
+/*
+ * What a wait loop does when nothing moved for idle_ns: checks abort, a failure reported by
+ * another rank (watch.c) and RING_TIMEOUT_MS, in that order, and reports the first that holds
+ * in *stop (the caller writes the message, since only it knows what it waited for); otherwise
+ * spins (RING_SPIN_US) or sleeps in poll() on the connections and the wake eventfd, and
+ * returns an error if poll() says one of them is dead. Shared by the ring engine and p2p.
+ */
+enum { RING__WAIT_GO_ON, RING__WAIT_ABORTED, RING__WAIT_REMOTE, RING__WAIT_TIMEOUT };
+ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop);
+
 /* "rank 3 (10.0.0.4:40123 on host)" from the bootstrap table. */
 void ring__peer_desc(const ring_comm_t *comm, int rank, char *out, size_t len);
 
