@@ -1325,24 +1325,31 @@ Test(bad_input, partial_overlaps_are_refused_and_in_place_forms_run, .timeout = 
     group_destroy(g_pair, 2);
 }
 
+/* Every collective, blocking and _async, on a handle that is not a live communicator (NULL
+ * or destroyed): refused with `needle` in the thread's message, and an _async req set to NULL. */
+static void refuse_every_collective(ring_comm_t *d, const char *needle)
+{
+    float a[8] = {0}, b[16] = {0};
+    ring_request_t *req;
+    REFUSED(-1, ring_allreduce(d, a, b, 8, RING_FLOAT32, RING_SUM), needle);
+    REFUSED(-1, ring_reduce_scatter(d, b, a, 8, RING_FLOAT32, RING_SUM), needle);
+    REFUSED(-1, ring_allgather(d, a, b, 8, RING_FLOAT32), needle);
+    REFUSED(-1, ring_broadcast(d, a, 8, RING_FLOAT32, 0), needle);
+    REFUSED(-1, ring_barrier(d), needle);
+    REFUSED_ASYNC(-1, ring_allreduce_async(d, a, b, 8, RING_FLOAT32, RING_SUM, &req), needle);
+    REFUSED_ASYNC(-1, ring_reduce_scatter_async(d, b, a, 8, RING_FLOAT32, RING_SUM, &req), needle);
+    REFUSED_ASYNC(-1, ring_allgather_async(d, a, b, 8, RING_FLOAT32, &req), needle);
+    REFUSED_ASYNC(-1, ring_broadcast_async(d, a, 8, RING_FLOAT32, 0, &req), needle);
+    REFUSED_ASYNC(-1, ring_barrier_async(d, &req), needle);
+}
+
 Test(bad_input, null_and_destroyed_communicators, .timeout = 60)
 {
     clear_env();
-    float a[8] = {0}, b[16] = {0};
-    ring_request_t *req;
     int done = 0;
     g_cases = 0;
     /* NULL: every entry point. */
-    REFUSED(-1, ring_allreduce(NULL, a, b, 8, RING_FLOAT32, RING_SUM), "comm is NULL");
-    REFUSED(-1, ring_reduce_scatter(NULL, b, a, 8, RING_FLOAT32, RING_SUM), "comm is NULL");
-    REFUSED(-1, ring_allgather(NULL, a, b, 8, RING_FLOAT32), "comm is NULL");
-    REFUSED(-1, ring_broadcast(NULL, a, 8, RING_FLOAT32, 0), "comm is NULL");
-    REFUSED(-1, ring_barrier(NULL), "comm is NULL");
-    REFUSED_ASYNC(-1, ring_allreduce_async(NULL, a, b, 8, RING_FLOAT32, RING_SUM, &req), "comm is NULL");
-    REFUSED_ASYNC(-1, ring_reduce_scatter_async(NULL, b, a, 8, RING_FLOAT32, RING_SUM, &req), "comm is NULL");
-    REFUSED_ASYNC(-1, ring_allgather_async(NULL, a, b, 8, RING_FLOAT32, &req), "comm is NULL");
-    REFUSED_ASYNC(-1, ring_broadcast_async(NULL, a, 8, RING_FLOAT32, 0, &req), "comm is NULL");
-    REFUSED_ASYNC(-1, ring_barrier_async(NULL, &req), "comm is NULL");
+    refuse_every_collective(NULL, "comm is NULL");
     REFUSED(-1, ring_barrier_async(NULL, NULL), "NULL"); /* either argument may be named first */
     REFUSED(-1, ring_comm_abort(NULL), "comm is NULL");
     REFUSED(-1, ring_wait(NULL), "request is NULL");
@@ -1369,16 +1376,7 @@ Test(bad_input, null_and_destroyed_communicators, .timeout = 60)
         for (int i = 0; i < 3; i++) cr_assert_eq(ring_comm_destroy(dead[i]), RING_OK);
         for (int i = 0; i < 3; i++) {
             ring_comm_t *d = dead[i];
-            REFUSED(-1, ring_allreduce(d, a, b, 8, RING_FLOAT32, RING_SUM), "not a live communicator");
-            REFUSED(-1, ring_reduce_scatter(d, b, a, 8, RING_FLOAT32, RING_SUM), "not a live communicator");
-            REFUSED(-1, ring_allgather(d, a, b, 8, RING_FLOAT32), "not a live communicator");
-            REFUSED(-1, ring_broadcast(d, a, 8, RING_FLOAT32, 0), "not a live communicator");
-            REFUSED(-1, ring_barrier(d), "not a live communicator");
-            REFUSED_ASYNC(-1, ring_allreduce_async(d, a, b, 8, RING_FLOAT32, RING_SUM, &req), "not a live communicator");
-            REFUSED_ASYNC(-1, ring_reduce_scatter_async(d, b, a, 8, RING_FLOAT32, RING_SUM, &req), "not a live communicator");
-            REFUSED_ASYNC(-1, ring_allgather_async(d, a, b, 8, RING_FLOAT32, &req), "not a live communicator");
-            REFUSED_ASYNC(-1, ring_broadcast_async(d, a, 8, RING_FLOAT32, 0, &req), "not a live communicator");
-            REFUSED_ASYNC(-1, ring_barrier_async(d, &req), "not a live communicator");
+            refuse_every_collective(d, "not a live communicator");
             REFUSED(-1, ring_comm_abort(d), "not a live communicator");
             REFUSED(-1, ring_comm_destroy(d), "destroyed twice");
             cr_assert_eq(ring_comm_rank(d), -1);

@@ -213,7 +213,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     ring_result_t rc;
     const ring__transport_t *tp = &ring__tcp_transport;
     ring__sockaddr_t root, local;
-    ring__peer_info_t mine, *all = NULL;
+    ring__peer_info_t mine;
     char ifname[64], b[80], b2[80];
     int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
     int n = comm->nranks;
@@ -240,17 +240,15 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     if (!comm->params.secret_set)
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
                  "RING_SECRET is not set: connections are checked against a built-in default secret only");
-    all = calloc((size_t)n, sizeof *all);
+    comm->peers = calloc((size_t)n, sizeof *comm->peers);
     comm->conn_send = calloc((size_t)n, sizeof *comm->conn_send);
     comm->conn_recv = calloc((size_t)n, sizeof *comm->conn_recv);
-    if (!all || !comm->conn_send || !comm->conn_recv) {
+    if (!comm->peers || !comm->conn_send || !comm->conn_recv) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    RING_CHECK(ring__bootstrap_init(comm, &root, &mine, all, deadline));
+    RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
 
-    comm->peers = all;
-    all = NULL;
     comm->left = ring__mod_int(comm->rank - 1, n);
     comm->right = ring__mod_int(comm->rank + 1, n);
     ring__peer_desc(comm, comm->left, comm->peer_desc[0], sizeof comm->peer_desc[0]);
@@ -268,7 +266,6 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s, right %s", comm->peer_desc[0],
              comm->peer_desc[1]);
 fail:
-    free(all);
     return rc;
 }
 
