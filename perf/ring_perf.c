@@ -69,6 +69,7 @@
 #include "p2p.h"
 #include "perf_common.h"
 #include "reduce.h"
+#include "transport.h"
 #include "ringcomm.h"
 
 /* alpha probe: enough trips for a stable median on a loaded machine, a few ms in all on loopback. */
@@ -189,8 +190,12 @@ static void p2p(ring__p2p_op_t *ops, int nops, const char *what)
  * ring__run_op (src/core/api.c) on the communicator's RING_ALGO / RING_RD_MAX_BYTES. */
 static pc_algo_t lib_algo(pc_coll_t c, size_t bytes)
 {
-    ring__coll_t lc = c == PC_COLL_ALLREDUCE ? RING__COLL_ALLREDUCE : c == PC_COLL_BARRIER ? RING__COLL_BARRIER : RING__COLL_ALLGATHER;
-    return ring__algo_for(g_comm, lc, bytes) == RING__ALGO_RD ? PC_ALGO_RD : PC_ALGO_RING;
+    ring__coll_t lc = c == PC_COLL_ALLREDUCE   ? RING__COLL_ALLREDUCE
+                      : c == PC_COLL_BARRIER   ? RING__COLL_BARRIER
+                      : c == PC_COLL_BROADCAST ? RING__COLL_BROADCAST
+                                               : RING__COLL_ALLGATHER;
+    int a = ring__algo_for(g_comm, lc, bytes);
+    return a == RING__ALGO_RD ? PC_ALGO_RD : a == RING__ALGO_TREE ? PC_ALGO_TREE : PC_ALGO_RING;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -206,16 +211,17 @@ static double probe_alpha(void)
         uint64_t token = (uint64_t)(k + ALPHA_WARMUP), back = ~(uint64_t)0;
         if (g_rank == 0) {
             /* Both in one call: the receive is posted while the send goes out. */
-            ring__p2p_op_t ops[2] = {{right, 1, &token, sizeof token}, {left, 0, &back, sizeof back}};
+            ring__p2p_op_t ops[2] = {{.peer = right, .is_send = 1, .buf = &token, .len = sizeof token},
+                                      {.peer = left, .is_send = 0, .buf = &back, .len = sizeof back}};
             double t0 = pc_now_us();
             p2p(ops, 2, "ring__p2p_run (alpha probe)");
             double dt = pc_now_us() - t0;
             if (back != token) die_msg("alpha probe: the token came back changed");
             if (k >= 0) t[k] = dt;
         } else {
-            ring__p2p_op_t rx = {left, 0, &back, sizeof back};
+            ring__p2p_op_t rx = {.peer = left, .is_send = 0, .buf = &back, .len = sizeof back};
             p2p(&rx, 1, "ring__p2p_run (alpha probe)");
-            ring__p2p_op_t tx = {right, 1, &back, sizeof back};
+            ring__p2p_op_t tx = {.peer = right, .is_send = 1, .buf = &back, .len = sizeof back};
             p2p(&tx, 1, "ring__p2p_run (alpha probe)");
         }
     }
@@ -244,8 +250,8 @@ static double probe_link(size_t total)
             int nops = 0;
             for (size_t p = 0; p < len; p += piece) {
                 size_t m = len - p < piece ? len - p : piece;
-                ops[nops++] = (ring__p2p_op_t){right, 1, sb + p, m};
-                ops[nops++] = (ring__p2p_op_t){left, 0, rb + p, m};
+                ops[nops++] = (ring__p2p_op_t){.peer = right, .is_send = 1, .buf = sb + p, .len = m};
+                ops[nops++] = (ring__p2p_op_t){.peer = left, .is_send = 0, .buf = rb + p, .len = m};
             }
             p2p(ops, nops, "ring__p2p_run (link probe)");
         }
@@ -346,9 +352,9 @@ static void ps_allreduce(const void *send, void *recv, size_t count, ring_dtype_
     }
     if (g_rank != 0) {
         /* Two calls: in place, the result must not land in the buffer while it is being sent. */
-        ring__p2p_op_t tx = {0, 1, (void *)send, bytes};
+        ring__p2p_op_t tx = {.peer = 0, .is_send = 1, .buf = (void *)send, .len = bytes};
         p2p(&tx, 1, "ring__p2p_run (ps send)");
-        ring__p2p_op_t rx = {0, 0, recv, bytes};
+        ring__p2p_op_t rx = {.peer = 0, .is_send = 0, .buf = recv, .len = bytes};
         p2p(&rx, 1, "ring__p2p_run (ps result)");
         return;
     }
@@ -356,7 +362,7 @@ static void ps_allreduce(const void *send, void *recv, size_t count, ring_dtype_
     const void *acc = send; /* rank 0's own contribution comes first */
     for (int q0 = 1; q0 < n; q0 += g_ps.nslots) {
         int nb = n - q0 < g_ps.nslots ? n - q0 : g_ps.nslots;
-        for (int k = 0; k < nb; k++) ops[k] = (ring__p2p_op_t){q0 + k, 0, g_ps.slot[k], bytes};
+        for (int k = 0; k < nb; k++) ops[k] = (ring__p2p_op_t){.peer = q0 + k, .is_send = 0, .buf = g_ps.slot[k], .len = bytes};
         p2p(ops, nb, "ring__p2p_run (ps gather)");
         for (int k = 0; k < nb; k++) {
             if (q0 + k == n - 1) ring__reduce_final(recv, acc, g_ps.slot[k], count, dt, op, n);
@@ -366,7 +372,7 @@ static void ps_allreduce(const void *send, void *recv, size_t count, ring_dtype_
     }
     for (int q0 = 1; q0 < n; q0 += RING__P2P_MAX_OPS) {
         int nb = n - q0 < RING__P2P_MAX_OPS ? n - q0 : RING__P2P_MAX_OPS;
-        for (int k = 0; k < nb; k++) ops[k] = (ring__p2p_op_t){q0 + k, 1, recv, bytes};
+        for (int k = 0; k < nb; k++) ops[k] = (ring__p2p_op_t){.peer = q0 + k, .is_send = 1, .buf = recv, .len = bytes};
         p2p(ops, nb, "ring__p2p_run (ps scatter)");
     }
 }
@@ -510,7 +516,8 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
     fprintf(f, "# %s\n", lib);
     static const char *const knobs[] = {"RING_NSOCKS",        "RING_CHUNK_BYTES",   "RING_PIPELINE_DEPTH",
                                         "RING_SOCKBUF_BYTES", "RING_SOCKET_IFNAME", "RING_ALGO",
-                                        "RING_RD_MAX_BYTES"};
+                                        "RING_RD_MAX_BYTES",  "RING_TREE_MAX_BYTES", "RING_TRANSPORT",
+                                        "RING_SHM_DIR"};
     int any = 0;
     fprintf(f, "# env:");
     for (size_t k = 0; k < sizeof knobs / sizeof *knobs; k++) {
@@ -521,6 +528,10 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
         }
     }
     fprintf(f, "%s\n", any ? "" : " (RING_NSOCKS, RING_CHUNK_BYTES, RING_PIPELINE_DEPTH unset: library defaults)");
+    if (g_nranks > 1)
+        fprintf(f, "# transport (rank 0's ring edges): from the left %s, to the right %s%s\n",
+                ring__tp_of(g_comm->recv_left)->name, ring__tp_of(g_comm->send_right)->name,
+                g_comm->all_shm ? " (every ring edge within one host)" : "");
     pc_print_date(f);
     pc_print_link(f, link);
     fprintf(f, "# time: median over iterations of the max over ranks; bytes = full buffer; busbw factor ");
@@ -534,21 +545,28 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
     if (o->pc.algos & PC_ALGO_BIT(PC_ALGO_RING)) {
         /* Which of the library's algorithms the rows can show, and each one's model. */
         const ring__params_t *p = &g_comm->params;
-        int ring = 1, rd = 0;
+        int ring = 1, rd = 0, tree = 0;
         if (o->coll == PC_COLL_ALLREDUCE) {
             ring = p->algo != RING__ALGO_RD;
             rd = p->algo != RING__ALGO_RING;
         } else if (o->coll == PC_COLL_BARRIER) {
             ring = p->algo == RING__ALGO_RING;
             rd = !ring;
+        } else if (o->coll == PC_COLL_BROADCAST) {
+            tree = p->algo != RING__ALGO_RING && (p->algo == RING__ALGO_RD || g_comm->nranks >= 4);
+            ring = p->algo != RING__ALGO_RD;
         }
         if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO)
             fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, ring above (RING_ALGO, "
-                       "RING_RD_MAX_BYTES)\n",
-                    p->rd_max_bytes);
+                       "RING_RD_MAX_BYTES%s)\n",
+                    ring__rd_max_bytes(g_comm), p->rd_max_set ? "" : g_comm->all_shm ? ": shared-memory default" : ": TCP default");
+        if (o->coll == PC_COLL_BROADCAST && p->algo == RING__ALGO_AUTO && tree)
+            fprintf(f, "# library algorithm: tree (binomial) up to %zu B, ring above (RING_ALGO, RING_TREE_MAX_BYTES)\n",
+                    p->tree_max_bytes);
         if (ring)
             fprintf(f, "# model (ring): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RING));
         if (rd) fprintf(f, "# model (rd): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RD));
+        if (tree) fprintf(f, "# model (tree): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_TREE));
     }
     if (o->pc.algos & PC_ALGO_BIT(PC_ALGO_PS))
         fprintf(f, "# model (ps): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_PS));

@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# libhwloc-dev: topology (src/topo); libudev-dev: hwloc's static library needs -ludev, so a
+# program that links libringcomm.a (pkg-config --static) links.
 pkgs=(gcc g++ make meson ninja-build pkg-config libcriterion-dev openmpi-bin libopenmpi-dev python3
-      gnuplot-nox iproute2 clang libclang-rt-14-dev)
+      gnuplot-nox iproute2 clang libclang-rt-14-dev libhwloc-dev libudev-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -59,7 +59,10 @@ nm -D --defined-only "$so" | awk '{print $NF}' | grep -q '^ring_[a-z]' || die "n
 # relation; --define-prefix would guess the prefix from the .pc location and gets it wrong for
 # multiarch libdirs (lib/x86_64-linux-gnu/pkgconfig is three levels below the prefix).
 # PKG_CONFIG_LIBDIR instead of _PATH: a ringcomm installed on this machine must not answer.
-pkgconf() { PKG_CONFIG_LIBDIR=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest pkg-config "$@"; }
+# The system's own directories follow the staging one: the static library's private
+# requirements (hwloc when built with it) are system packages.
+syspc=$(pkg-config --variable pc_path pkg-config 2>/dev/null || true)
+pkgconf() { PKG_CONFIG_LIBDIR=$(dirname "$pc")${syspc:+:$syspc} PKG_CONFIG_SYSROOT_DIR=$dest pkg-config "$@"; }
 pkgconf --exists ringcomm || die "pkg-config does not find ringcomm in $(dirname "$pc")"
 [ "$(pkgconf --modversion ringcomm)" = "$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" "$srcdir/meson.build" | head -n1)" ] ||
     die "pkg-config version $(pkgconf --modversion ringcomm) differs from meson.build's"

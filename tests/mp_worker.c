@@ -1457,10 +1457,35 @@ static int env_int(const char *name)
     return *end || v < 0 || v > 1 << 20 ? -1 : (int)v;
 }
 
+/* ---- initfail: ring_comm_init_env must fail (a configuration that cannot work) ---- */
+
+/* Every rank must get an error, not a hang; it leaves err.<rank> = "<code> <message>" for the
+ * harness to check the wording. */
+static int scenario_initfail(uint64_t seed)
+{
+    (void)seed;
+    ring_comm_t *comm = NULL;
+    ring_result_t rc = ring_comm_init_env(&comm);
+    if (rc == RING_OK) {
+        wlog("ring_comm_init_env succeeded where it had to fail");
+        ring_comm_destroy(comm);
+        return EXIT_CHECK;
+    }
+    const char *msg = ring_comm_last_error(comm);
+    if (!msg || !*msg) msg = ring_comm_last_error(NULL);
+    char name[32], val[1200];
+    snprintf(name, sizeof name, "err.%d", g_rank);
+    snprintf(val, sizeof val, "%s %s\n", ring_result_name(rc), msg ? msg : "(null)");
+    write_outfile(name, val);
+    ring_comm_destroy(comm);
+    write_checked(1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s matrix|float_random|threads|backtoback|barrier|large|errors|faults [seed]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|float_random|threads|backtoback|barrier|large|errors|faults|initfail [seed]\n", argv[0]);
         return EXIT_SETUP;
     }
     g_scenario = argv[1];
@@ -1477,7 +1502,7 @@ int main(int argc, char **argv)
     } scenarios[] = {
         {"matrix", scenario_matrix},   {"float_random", scenario_float_random}, {"threads", scenario_threads},
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
-        {"errors", scenario_errors}, {"faults", scenario_faults},
+        {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

@@ -46,6 +46,9 @@ if ((rows < 4)); then
     exit 1
 fi
 grep -q '^# Out of bounds values : 0 OK' "$out" || { echo "FAIL: netns-bed: wrong elements reported" >&2; exit 1; }
+# The namespaces share one kernel: only TCP crosses the shaped links (bed.sh forces it).
+grep -q '^# transport (rank 0.s ring edges): from the left tcp, to the right tcp' "$out" ||
+    { echo "FAIL: netns-bed: the ranks did not talk TCP over the links" >&2; exit 1; }
 left=$(ip netns list | awk -v p="$prefix" 'index($1, p) == 1 { print $1 }')
 [[ -z $left ]] || { echo "FAIL: netns-bed: namespaces left behind: $left" >&2; exit 1; }
 echo "PASS: netns-bed: $rows sizes over 3 namespaces"

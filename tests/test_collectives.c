@@ -8,6 +8,10 @@
  *
  * Environment: RING_TEST_WORKER (path of mp_worker, set by meson), RING_TEST_LARGE=1 enables
  * the > 2^31-element test, RING_TEST_SEED (optional) perturbs every seed.
+ * RING_TEST_TRANSPORT runs the whole suite over one transport (meson runs it several times):
+ * "tcp" and "shm" set RING_TRANSPORT on every rank; "mix" sets tcp on every third rank
+ * (2, 5, ...), so rings have shared-memory and TCP edges side by side. RING_TEST_ALGO sets
+ * RING_ALGO on every rank. A test's own settings win over both.
  */
 #include <criterion/criterion.h>
 
@@ -56,6 +60,7 @@ typedef struct {
     double seconds;
     char outdir[256];
     char msg[2048];
+    int pids[MAX_RANKS];
 } job_result_t;
 
 static double now_s(void)
@@ -197,6 +202,10 @@ static void run_job_once(const job_t *job, job_result_t *res)
         e[k++] = xasprintf("RING_TIMEOUT_MS=30000");
         e[k++] = xasprintf("RING_TEST_OUTDIR=%s", res->outdir);
         if (port2) e[k++] = xasprintf("RING_TEST_ROOT2=127.0.0.1:%d", port2);
+        const char *tpv = getenv("RING_TEST_TRANSPORT"), *algo = getenv("RING_TEST_ALGO");
+        if (tpv && !strcmp(tpv, "mix")) e[k++] = xasprintf("RING_TRANSPORT=%s", r % 3 == 2 ? "tcp" : "auto");
+        else if (tpv && *tpv) e[k++] = xasprintf("RING_TRANSPORT=%s", tpv);
+        if (algo && *algo) e[k++] = xasprintf("RING_ALGO=%s", algo);
         /* In sanitizer builds undefined behaviour in any rank must fail the test, not scroll
          * by (meson sets this itself; this covers running the binary by hand). */
         if (!getenv("UBSAN_OPTIONS")) e[k++] = xasprintf("UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1");
@@ -229,6 +238,7 @@ static void run_job_once(const job_t *job, job_result_t *res)
             _exit(127);
         }
         pids[r] = pid;
+        res->pids[r] = pid;
     }
 
     double deadline = t0 + job->deadline_s, fail_at = 0;
@@ -300,6 +310,28 @@ static int read_outfile(const char *dir, const char *name, char *buf, size_t len
     return got > 0;
 }
 
+/* Shared-memory segments in dir created by any rank of the job (their names carry the
+ * creator's pid): a segment must be unlinked as soon as both sides mapped it, so none may
+ * outlive a job, not even one in which a rank was killed. Returns how many, first in *name. */
+static int segments_left(const char *dir, const job_result_t *res, int n, char *name, size_t len)
+{
+    DIR *d = opendir(dir);
+    int found = 0;
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        unsigned uid;
+        int pid;
+        if (sscanf(e->d_name, "ringcomm-%u-%d-", &uid, &pid) != 2) continue;
+        for (int r = 0; r < n; r++)
+            if (res->pids[r] == pid) {
+                if (!found++) snprintf(name, len, "%s/%s", dir, e->d_name);
+            }
+    }
+    closedir(d);
+    return found;
+}
+
 /*
  * Runs the job (once more with fresh ports if rank 0 lost its port to someone else), asserts
  * every rank passed and every rank reported a non-zero number of checked operations. Returns
@@ -322,6 +354,11 @@ static void run_job(const job_t *job, job_result_t *res, long *checked_per_rank)
                        "rerun one rank by hand with RING_RANK/RING_NRANKS/RING_ROOT set: mp_worker %s 0x%" PRIx64 ")",
                        job->scenario, job->nranks, job->seed, res->seconds, res->msg, job->scenario, job->seed);
     }
+    char seg[512];
+    int nseg = segments_left("/dev/shm", res, job->nranks, seg, sizeof seg);
+    if (nseg) remove_outdir(res->outdir);
+    cr_assert(nseg == 0, "%s N=%d: %d shared-memory segment(s) of the job left behind, e.g. %s", job->scenario,
+              job->nranks, nseg, seg);
     long first = -1;
     for (int r = 0; r < job->nranks; r++) {
         char name[64], buf[64];
@@ -476,6 +513,11 @@ Test(faults, kill_a_random_rank_at_a_random_point, .timeout = 600)
         if (!res.ok || victim < 0) remove_outdir(outdir);
         cr_assert(res.ok, "trial %d (N=%d seed=0x%" PRIx64 "): %s", trial, n, seed, res.msg);
         cr_assert(victim >= 0, "trial %d (N=%d seed=0x%" PRIx64 "): the victim left no kill time", trial, n, seed);
+        char seg[512];
+        int nseg = segments_left("/dev/shm", &res, n, seg, sizeof seg);
+        if (nseg) remove_outdir(outdir);
+        cr_assert(nseg == 0, "trial %d (N=%d seed=0x%" PRIx64 "): rank %d was killed and %d shared-memory segment(s) "
+                  "are left, e.g. %s", trial, n, seed, victim, nseg, seg);
         long long t_kill = atoll(kbuf);
         char want[32];
         snprintf(want, sizeof want, "rank %d", victim);
@@ -561,3 +603,84 @@ Test(collectives, large_n2, .timeout = 360)
 }
 
 Test(collectives, errors_n2, .timeout = 180) { run_simple("errors", 2, 0xe202, NULL, 120); }
+
+/* ---- shared memory: set-up failures, leftovers ---- */
+
+/* Every rank's init must fail, and its message must contain `want`. */
+static void run_initfail(int n, const char *const *env, const char *want)
+{
+    job_t job = {.scenario = "initfail", .nranks = n, .seed = seed_for(0x1f), .env = env, .deadline_s = 60};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    for (int r = 0; r < n; r++) {
+        char name[32], buf[1300] = "";
+        snprintf(name, sizeof name, "err.%d", r);
+        int have = read_outfile(res.outdir, name, buf, sizeof buf);
+        if (!have || !strstr(buf, want)) remove_outdir(res.outdir);
+        cr_assert(have, "rank %d left no error", r);
+        cr_assert(strstr(buf, want), "rank %d's error does not say \"%s\": %s", r, want, buf);
+    }
+    remove_outdir(res.outdir);
+}
+
+/* Without a usable segment directory, auto keeps TCP (and says so at WARN); shm refuses. */
+Test(shm, missing_directory_auto_keeps_tcp, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_TRANSPORT=auto", "RING_SHM_DIR=/nonexistent-ringcomm-dir", NULL};
+    run_simple("matrix", 3, 0x5a03, env, MATRIX_DEADLINE);
+}
+
+Test(shm, missing_directory_forced_shm_fails_on_every_rank, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TRANSPORT=shm", "RING_SHM_DIR=/nonexistent-ringcomm-dir", NULL};
+    run_initfail(3, env, "cannot create a segment in /nonexistent-ringcomm-dir");
+}
+
+/* A full tmpfs (a container's small /dev/shm): posix_fallocate refuses up front, so auto falls
+ * back to TCP instead of dying of SIGBUS later, and shm says what to do. Needs a tmpfs mount. */
+Test(shm, full_tmpfs_is_refused_up_front, .timeout = 2 * MATRIX_DEADLINE + 60)
+{
+    char dir[] = "/tmp/ringcomm-tmpfs-XXXXXX";
+    cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=64k,mode=1777 ringcomm-test %s 2>/dev/null", dir);
+    if (geteuid() != 0 || system(cmd) != 0) {
+        rmdir(dir);
+        fprintf(stderr, "[shm full tmpfs] skipped: cannot mount a tmpfs here (needs root)\n");
+        cr_skip_test("cannot mount a tmpfs (needs root)");
+    }
+    char dirvar[96];
+    snprintf(dirvar, sizeof dirvar, "RING_SHM_DIR=%s", dir);
+    const char *const env_auto[] = {"RING_TRANSPORT=auto", dirvar, NULL};
+    const char *const env_shm[] = {"RING_TRANSPORT=shm", dirvar, NULL};
+    run_simple("matrix", 2, 0x5a02, env_auto, MATRIX_DEADLINE);
+    run_initfail(2, env_shm, "cannot reserve");
+    snprintf(cmd, sizeof cmd, "umount %s", dir);
+    cr_expect(system(cmd) == 0, "umount %s failed", dir);
+    rmdir(dir);
+}
+
+/* A segment whose creator was killed before its peer mapped it is removed by the next
+ * communicator of the same user; one whose creator lives is left alone. */
+Test(shm, segments_of_dead_creators_are_swept, .timeout = MATRIX_DEADLINE + 60)
+{
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    cr_assert(dead > 0, "fork: %s", strerror(errno));
+    waitpid(dead, NULL, 0);
+    char stale[256], live[256];
+    snprintf(stale, sizeof stale, "/dev/shm/ringcomm-%u-%d-00000000deadbeef-0-1-0", (unsigned)geteuid(), (int)dead);
+    snprintf(live, sizeof live, "/dev/shm/ringcomm-%u-%d-00000000deadbeef-0-1-0", (unsigned)geteuid(), (int)getpid());
+    int fd1 = open(stale, O_CREAT | O_EXCL | O_WRONLY, 0600), fd2 = open(live, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    cr_assert(fd1 >= 0 && fd2 >= 0, "cannot create test files in /dev/shm: %s", strerror(errno));
+    close(fd1);
+    close(fd2);
+    static const char *const env[] = {"RING_TRANSPORT=auto", NULL};
+    run_simple("matrix", 2, 0x5e02, env, MATRIX_DEADLINE);
+    int stale_left = access(stale, F_OK) == 0, live_left = access(live, F_OK) == 0;
+    unlink(stale);
+    unlink(live);
+    cr_assert(!stale_left, "%s (creator pid %d is dead) was not swept", stale, (int)dead);
+    cr_assert(live_left, "%s (creator pid %d is alive) was removed", live, (int)getpid());
+}

@@ -60,7 +60,7 @@ extern char **environ;
 #define UNDER_SANITIZER 0
 #endif
 
-#define MAXR 4
+#define MAXR 8
 #define SECRET "reliability-test-secret"
 
 /* ---- process and time helpers ------------------------------------------------------------ */
@@ -1607,6 +1607,43 @@ static void far_mismatch(size_t count_all, size_t count_odd, int odd)
         cr_assert(ms < 10000, "rank %d took %.0f ms (the timeout is 60 s)", r, ms);
     }
     group_destroy(c, N);
+}
+
+/* A binomial-tree broadcast (small buffers, N >= 4) where one rank names another root: ranks
+ * whose view agrees with their tree parent may finish the broadcast, but none may hang or
+ * report success for the call after it, and every error is the mismatch with both roots. */
+static void tree_mismatch(int n, int root_all, int root_odd, int odd)
+{
+    ring_comm_t *c[MAXR];
+    group_init(c, n, 60000);
+    call_t k[MAXR], b[MAXR];
+    for (int r = 0; r < n; r++)
+        k[r] = (call_t){.comm = c[r], .kind = K_BROADCAST, .count = 16, .dt = RING_FLOAT32,
+                        .root = r == odd ? root_odd : root_all};
+    run_calls(k, n);
+    for (int r = 0; r < n; r++) b[r] = (call_t){.comm = c[r], .kind = K_BARRIER};
+    run_calls(b, n);
+    char na[32], nb[32];
+    snprintf(na, sizeof na, "root=%d)", root_all);
+    snprintf(nb, sizeof nb, "root=%d)", root_odd);
+    for (int r = 0; r < n; r++) {
+        const call_t *e = k[r].rc != RING_OK ? &k[r] : &b[r];
+        double ms = e->t_end - k[r].t_start;
+        cr_log_info("tree mismatch (%d ranks, rank %d names root %d, the others %d): rank %d: %s after %.1f ms: %s", n,
+                    odd, root_odd, root_all, r, k[r].rc != RING_OK ? "broadcast" : "barrier", ms, e->msg);
+        cr_assert_eq(e->rc, RING_ERR_MISMATCH, "rank %d got %s: %s", r, ring_result_name(e->rc), e->msg);
+        cr_assert(strstr(e->msg, na) && strstr(e->msg, nb), "rank %d does not show both calls: %s", r, e->msg);
+        cr_assert(ms < 10000, "rank %d took %.0f ms (the timeout is 60 s)", r, ms);
+    }
+    group_destroy(c, n);
+}
+
+Test(mismatch, tree_broadcast_with_a_different_root, .timeout = 120)
+{
+    clear_env();
+    tree_mismatch(4, 0, 2, 2); /* rank 2 roots its own tree: 2 and 0 each wait for nobody */
+    tree_mismatch(5, 4, 0, 1); /* fold pairs: the root outside the hypercube */
+    tree_mismatch(8, 3, 5, 6);
 }
 
 Test(mismatch, four_ranks_where_one_far_rank_differs, .timeout = 120)

@@ -17,7 +17,9 @@
 #   --clean [P]   remove the bed of prefix P, or every rcb<pid>- bed whose process is gone
 #
 # Rank i runs the command in namespace P"h"i with RING_RANK=i RING_NRANKS=N
-# RING_ROOT=10.77.0.1:29500 RING_SECRET=<random per run> RING_SOCKET_IFNAME=veth0; other RING_*
+# RING_ROOT=10.77.0.1:29500 RING_SECRET=<random per run> RING_SOCKET_IFNAME=veth0
+# RING_TRANSPORT=tcp (the namespaces share one kernel: without it the ranks would find each
+# other "on the same host" and bypass the links through shared memory); other RING_*
 # variables of the caller pass through. Default command:
 #   DIR/perf/ring_perf -C allreduce -b 4K -e 64M -f 4 -c 1
 # Prints rank 0's stdout at the end; exit status 0 if every rank exited 0. Needs root.
@@ -95,7 +97,7 @@ bed_up "$N" "$RATE" "$MTU"
 
 echo "# netns bed: $(bed_describe)"
 echo "# netns bed: command: $*"
-echo "# netns bed: rank i in $(bed_ns_host i): RING_RANK=i RING_NRANKS=$N RING_ROOT=$(bed_addr 0):$BED_PORT RING_SOCKET_IFNAME=$BED_IF RING_SECRET=<random>"
+echo "# netns bed: rank i in $(bed_ns_host i): RING_RANK=i RING_NRANKS=$N RING_ROOT=$(bed_addr 0):$BED_PORT RING_SOCKET_IFNAME=$BED_IF RING_TRANSPORT=${RING_TRANSPORT:-tcp} RING_SECRET=<random>"
 for v in $(compgen -e | grep -E '^RING_' | sort); do echo "# netns bed: env: $v=${!v}"; done
 echo "# netns bed: $(date '+%Y-%m-%d %H:%M:%S %z'), $(uptime | sed 's/^ *//')"
 

@@ -204,7 +204,9 @@ bed_new_secret() {
 }
 
 # bed_run OUTDIR TIMEOUT cmd...: rank i runs cmd in host i with RING_RANK/RING_NRANKS/RING_ROOT/
-# RING_SECRET/RING_SOCKET_IFNAME; stdout and stderr go to OUTDIR/rank<i>.out / .err. When a
+# RING_SECRET/RING_SOCKET_IFNAME, and RING_TRANSPORT=tcp unless the caller set it: the
+# namespaces share one kernel, so host name and boot id say "same host" and the ranks would
+# otherwise talk through shared memory past the shaped links; stdout and stderr go to OUTDIR/rank<i>.out / .err. When a
 # rank fails, the others get 10 s to fail on their own (ring_perf aborts the communicator) and
 # are then killed; after TIMEOUT seconds everything is killed. Returns 0 if every rank exited 0,
 # 124 on timeout, 1 otherwise; BED_FAILED lists "rank:status" of the others.
@@ -218,7 +220,7 @@ bed_run() {
     for ((i = 0; i < BED_N; i++)); do
         ip netns exec "$(bed_ns_host "$i")" env RING_RANK="$i" RING_NRANKS="$BED_N" \
             RING_ROOT="$(bed_addr 0):$BED_PORT" RING_SECRET="$BED_SECRET" RING_SOCKET_IFNAME="$BED_IF" \
-            RING_LOCAL_RANK=0 RING_LOCAL_SIZE=1 "$@" </dev/null >"$out/rank$i.out" 2>"$out/rank$i.err" &
+            RING_LOCAL_RANK=0 RING_LOCAL_SIZE=1 RING_TRANSPORT="${RING_TRANSPORT:-tcp}" "$@" </dev/null >"$out/rank$i.out" 2>"$out/rank$i.err" &
         pids[i]=$!
         st[i]=""
     done

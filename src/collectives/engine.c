@@ -72,7 +72,9 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
         break;
     }
     n = strlen(out);
-    if (n < len) snprintf(out + n, len - n, " [%s]", algo == RING__ALGO_RD ? "recursive doubling" : "ring");
+    if (n < len)
+        snprintf(out + n, len - n, " [%s]",
+                 algo == RING__ALGO_RD ? "recursive doubling" : algo == RING__ALGO_TREE ? "binomial tree" : "ring");
 }
 
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
@@ -103,9 +105,11 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
     s->nsend = s->nrecv = ring__layout_nmsgs(&s->layout, nsteps);
 }
 
+#define SLOT_ZC (-2) /* received in place, in the transport's memory (zero-copy) */
+
 typedef struct ent {
     void *req;
-    int slot; /* -1: none */
+    int slot; /* scratch slot, -1: none, SLOT_ZC */
     int keep;
     int fwd_slot; /* sends: slot to free when done, -1: none */
 } ent;
@@ -158,8 +162,11 @@ static ring_result_t waiting_error(ring__sched_t *s, ring_result_t code, const c
 ring_result_t ring__engine_run(ring__sched_t *s)
 {
     ring_comm_t *comm = s->comm;
-    const ring__transport_t *tp = comm->tp;
     void *sc = comm->send_right, *rc_ = comm->recv_left;
+    const ring__transport_t *stp = ring__tp_of(sc), *rtp = ring__tp_of(rc_);
+    /* Receives that would land in scratch to be reduced are taken in place instead where the
+     * transport can (shared memory): the reduction reads the segment, one copy less. */
+    const size_t zc_max = rtp->zc_max ? rtp->zc_max(rc_) : 0;
     ring_result_t rc = RING_OK;
     const int depth = comm->params.pipeline_depth;
     /* Slots start on cache lines: RING_CHUNK_BYTES need not be a multiple of any element size. */
@@ -183,8 +190,8 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     for (int i = depth - 1; i >= 0; i--) freeslots[nfree++] = i;
 
     ring__desc_build(mydesc, s->op, RING__ALGO_RING);
-    RING_CHECK(tp->isend(sc, mydesc, DESC_LEN, NULL, &dsend));
-    RING_CHECK(tp->irecv(rc_, theirdesc, DESC_LEN, NULL, &drecv));
+    RING_CHECK(stp->isend(sc, mydesc, DESC_LEN, NULL, &dsend));
+    RING_CHECK(rtp->irecv(rc_, theirdesc, DESC_LEN, NULL, &drecv));
     if (!dsend || !drecv) {
         rc = ring__seterr(comm, RING_ERR_INTERNAL, "engine: transport refused the descriptor message");
         goto fail;
@@ -202,13 +209,15 @@ ring_result_t ring__engine_run(ring__sched_t *s)
             s->recv_msg(s, nr_posted, &buf, &len, &guard, &keep);
             if (guard != RING__NONE && guard >= ns_done) break;
             int slot = -1;
-            if (!buf) {
+            if (!buf && !keep && zc_max && len <= zc_max) {
+                slot = SLOT_ZC;
+            } else if (!buf) {
                 if (!nfree) break;
                 slot = freeslots[nfree - 1];
                 buf = (char *)comm->scratch + (size_t)slot * slot_bytes;
             }
             void *req = NULL;
-            RING_CHECK(tp->irecv(rc_, buf, len, NULL, &req));
+            RING_CHECK(rtp->irecv(rc_, buf, len, NULL, &req));
             if (!req) break;
             if (slot >= 0) nfree--;
             recvd[nr_posted % (size_t)depth] = (ent){.req = req, .slot = slot, .keep = keep, .fwd_slot = -1};
@@ -233,7 +242,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
                 buf = (char *)comm->scratch + (size_t)fwd * slot_bytes;
             }
             void *req = NULL;
-            RING_CHECK(tp->isend(sc, buf, len, NULL, &req));
+            RING_CHECK(stp->isend(sc, buf, len, NULL, &req));
             if (!req) break;
             sent[ns_posted % (size_t)depth] = (ent){.req = req, .slot = -1, .fwd_slot = fwd};
             ns_posted++;
@@ -241,12 +250,12 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         }
 
         int moved = 0;
-        RING_CHECK(tp->progress(sc, &moved));
-        RING_CHECK(tp->progress(rc_, &moved));
+        RING_CHECK(stp->progress(sc, &moved));
+        RING_CHECK(rtp->progress(rc_, &moved));
 
         if (!sent_desc && dsend) {
             int done = 0;
-            RING_CHECK(tp->test(dsend, &done));
+            RING_CHECK(stp->test(dsend, &done));
             if (done) {
                 sent_desc = 1;
                 dsend = NULL;
@@ -254,7 +263,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         }
         if (!got_desc) {
             int done = 0;
-            RING_CHECK(tp->test(drecv, &done));
+            RING_CHECK(rtp->test(drecv, &done));
             if (done) {
                 drecv = NULL;
                 RING_CHECK(ring__desc_check(comm, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]));
@@ -265,7 +274,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         while (ns_done < ns_posted) {
             ent *e = &sent[ns_done % (size_t)depth];
             int done = 0;
-            RING_CHECK(tp->test(e->req, &done));
+            RING_CHECK(stp->test(e->req, &done));
             if (!done) break;
             if (e->fwd_slot >= 0) {
                 for (int h = 0; h < nheld; h++)
@@ -281,8 +290,16 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         while (nr_done < nr_posted) {
             ent *e = &recvd[nr_done % (size_t)depth];
             int done = 0;
-            RING_CHECK(tp->test(e->req, &done));
+            RING_CHECK(rtp->test(e->req, &done));
             if (!done) break;
+            if (e->slot == SLOT_ZC) {
+                s->recv_done(s, nr_done, (void *)rtp->zc_data(e->req));
+                rtp->zc_release(e->req);
+                e->slot = -1;
+                nr_done++;
+                busy = 1;
+                continue;
+            }
             void *slot = e->slot >= 0 ? (char *)comm->scratch + (size_t)e->slot * slot_bytes : NULL;
             s->recv_done(s, nr_done, slot);
             if (e->slot >= 0) {

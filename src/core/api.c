@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "param.h"
 #include "reduce.h"
 
 static int overlap(const void *a, size_t alen, const void *b, size_t blen)
@@ -85,13 +86,24 @@ static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     return ring__submit(comm, op, async ? reqp : NULL);
 }
 
+size_t ring__rd_max_bytes(const ring_comm_t *comm)
+{
+    if (comm->params.rd_max_set) return comm->params.rd_max_bytes;
+    return comm->all_shm ? RING__DEFAULT_RD_MAX_BYTES_SHM : RING__DEFAULT_RD_MAX_BYTES;
+}
+
 int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
 {
     int algo = comm->params.algo;
     if (coll == RING__COLL_ALLREDUCE)
-        return algo == RING__ALGO_RD || (algo == RING__ALGO_AUTO && bytes <= comm->params.rd_max_bytes) ? RING__ALGO_RD
-                                                                                                      : RING__ALGO_RING;
+        return algo == RING__ALGO_RD || (algo == RING__ALGO_AUTO && bytes <= ring__rd_max_bytes(comm)) ? RING__ALGO_RD
+                                                                                                     : RING__ALGO_RING;
     if (coll == RING__COLL_BARRIER) return algo == RING__ALGO_RING ? RING__ALGO_RING : RING__ALGO_RD;
+    /* With 2 or 3 ranks the tree is as deep as the ring is long; from 4 on it is shallower. */
+    if (coll == RING__COLL_BROADCAST)
+        return algo == RING__ALGO_RD || (algo == RING__ALGO_AUTO && comm->nranks >= 4 && bytes <= comm->params.tree_max_bytes)
+                   ? RING__ALGO_TREE
+                   : RING__ALGO_RING;
     return RING__ALGO_RING;
 }
 
@@ -104,12 +116,13 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
             memmove(op->recvbuf, op->sendbuf, bytes);
         return RING_OK;
     }
-    int rd = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype)) == RING__ALGO_RD;
+    int algo = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype));
+    int rd = algo == RING__ALGO_RD;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE: return rd ? ring__allreduce_rd(comm, op) : ring__allreduce_ring(comm, op);
     case RING__COLL_REDUCE_SCATTER: return ring__reduce_scatter_ring(comm, op);
     case RING__COLL_ALLGATHER: return ring__allgather_ring(comm, op);
-    case RING__COLL_BROADCAST: return ring__broadcast_ring(comm, op);
+    case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__broadcast_ring(comm, op);
     case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);

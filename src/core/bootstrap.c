@@ -3,17 +3,19 @@
  *
  * Steps and bytes on the wire:
  *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
- *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 272 bytes:
- *     magic "RGBS" | version | 128-bit secret | nranks | rank | pid | addr len | addr[128] |
- *     host[64] | boot id[40].
+ *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 280 bytes:
+ *     magic "RGBS" | version | 128-bit secret | nranks | rank | addr len | addr[128] |
+ *     host[64] | boot id[40] | pid | flags | reserved.
  *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
  *     duplicate rank gets a REJECT frame (24-byte header + 160-byte reason) and is closed. No
  *     stranger can stall or break the job: at most 64 unauthenticated connections are held,
  *     the oldest dropped first.
  *  4. When all ranks joined, rank 0 sends each one TABLE: 24-byte header (magic "RGBT", type,
- *     nranks, code, 64-bit job nonce) + nranks x 240-byte entries (addr len, addr, host, boot
- *     id, pid). Total root traffic: (N-1) x (272 + 24 + 240 N) bytes.
+ *     nranks, code, 64-bit job nonce) + nranks x 248-byte entries (addr len, addr, host, boot
+ *     id, pid, flags, reserved). Total root traffic: (N-1) x (280 + 24 + 248 N) bytes.
+ *     Host name and boot id tell which ranks share a host (shared memory, ring order); flags
+ *     say whether a rank takes shared-memory connections.
  */
 #include <errno.h>
 #include <poll.h>
@@ -29,7 +31,7 @@
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
-#define BS_VERSION 1u
+#define BS_VERSION 2u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64
@@ -55,6 +57,8 @@ static void put_info(unsigned char *p, const ring__peer_info_t *info)
     memcpy(p + 132, info->host, RING__HOST_MAX);
     memcpy(p + 196, info->bootid, RING__BOOTID_MAX);
     ring__put32(p + 236, info->pid);
+    ring__put32(p + 240, info->flags);
+    ring__put32(p + 244, 0);
 }
 
 /* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
@@ -69,6 +73,8 @@ int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info)
     info->host[RING__HOST_MAX - 1] = '\0';
     info->bootid[RING__BOOTID_MAX - 1] = '\0';
     info->pid = ring__get32(p + 236);
+    info->flags = ring__get32(p + 240);
+    if (ring__get32(p + 244) != 0) return -1; /* reserved: a newer peer that needs it bumps the version */
     return 0;
 }
 

@@ -16,7 +16,11 @@ typedef struct ring__peer_info {
     char host[RING__HOST_MAX];
     char bootid[RING__BOOTID_MAX];
     uint32_t pid;
+    uint32_t flags; /* RING__PEER_* */
 } ring__peer_info_t;
+
+/* This rank takes shared memory from same-host peers (RING_TRANSPORT is not tcp). */
+#define RING__PEER_SHM 1u
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */
@@ -38,16 +42,16 @@ void ring__bootstrap_close(ring__bootstrap_t *bs);
 void ring__host_identity(ring__peer_info_t *info);
 
 /* Wire sizes, exposed for tests. */
-#define RING__HELLO_LEN 272
+#define RING__HELLO_LEN 280
 #define RING__TABLE_HDR_LEN 24
-#define RING__TABLE_ENTRY_LEN 240
+#define RING__TABLE_ENTRY_LEN 248
 #define RING__REJECT_MSG_LEN 160
 
 /* Parse and validate a HELLO (used by the root and by tests). Returns a short reason for the
  * rejection (NULL if valid) and fills rank/nranks/info. */
 const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16], uint32_t *rank,
                               uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code);
-/* One 240-byte rank-table entry (also the address block of a HELLO): 0 if valid. */
+/* One 248-byte rank-table entry (also the address block of a HELLO): 0 if valid. */
 int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info);
 void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t rank,
                        uint32_t nranks, const ring__peer_info_t *info);

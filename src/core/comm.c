@@ -155,11 +155,15 @@ ring_result_t ring_test(ring_request_t *req, int *done)
 static void release_network(ring_comm_t *comm)
 {
     if (comm->tp) {
-        for (int r = 0; comm->conn_send && r < comm->nranks; r++) comm->tp->close(comm->conn_send[r]);
-        for (int r = 0; comm->conn_recv && r < comm->nranks; r++) comm->tp->close(comm->conn_recv[r]);
+        for (int r = 0; comm->conn_send && r < comm->nranks; r++)
+            if (comm->conn_send[r]) ring__tp_of(comm->conn_send[r])->close(comm->conn_send[r]);
+        for (int r = 0; comm->conn_recv && r < comm->nranks; r++)
+            if (comm->conn_recv[r]) ring__tp_of(comm->conn_recv[r])->close(comm->conn_recv[r]);
         if (comm->lcomm) comm->tp->close_listen(comm->lcomm);
         comm->tp->fini(comm->tp_ctx);
     }
+    ring__shm_transport.fini(comm->shm_ctx);
+    comm->shm_ctx = NULL;
     free(comm->conn_send);
     free(comm->conn_recv);
     free(comm->peers);
@@ -208,6 +212,18 @@ static int live_remove(ring_comm_t *comm)
     return found;
 }
 
+/* Every ring edge joins two ranks of one host that both take shared memory. Computed from
+ * the rank table alone, so every rank gets the same answer (algorithm thresholds depend on it
+ * and must agree). */
+static int all_shm(const ring_comm_t *comm)
+{
+    for (int r = 0; r < comm->nranks; r++) {
+        const ring__peer_info_t *a = &comm->peers[r], *b = &comm->peers[(r + 1) % comm->nranks];
+        if (!(a->flags & b->flags & RING__PEER_SHM) || strcmp(a->host, b->host) || strcmp(a->bootid, b->bootid)) return 0;
+    }
+    return 1;
+}
+
 static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
 {
     ring_result_t rc;
@@ -227,6 +243,14 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     memset(&mine, 0, sizeof mine);
     RING_CHECK(tp->listen(comm->tp_ctx, &mine.addr, &comm->lcomm));
     ring__host_identity(&mine);
+    if (comm->params.transport != RING__TP_TCP) {
+        RING_CHECK(ring__shm_transport.init(comm, &comm->shm_ctx));
+        mine.flags |= RING__PEER_SHM;
+        int swept = ring__shm_sweep(comm->params.shm_dir);
+        if (swept)
+            RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "removed %d shared-memory segment(s) of dead processes from %s",
+                     swept, comm->params.shm_dir);
+    }
     {
         ring__sockaddr_t la;
         memcpy(&la.ss, mine.addr.data, mine.addr.len);
@@ -251,6 +275,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
 
     comm->left = ring__mod_int(comm->rank - 1, n);
     comm->right = ring__mod_int(comm->rank + 1, n);
+    comm->all_shm = all_shm(comm);
     ring__peer_desc(comm, comm->left, comm->peer_desc[0], sizeof comm->peer_desc[0]);
     ring__peer_desc(comm, comm->right, comm->peer_desc[1], sizeof comm->peer_desc[1]);
     RING_CHECK(ring__conn_establish(comm, &comm->right, 1, &comm->left, 1, deadline));
@@ -263,8 +288,9 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         int np = ring__rd_partners(comm->rank, n, partners);
         RING_CHECK(ring__conn_establish(comm, partners, np, partners, np, deadline));
     }
-    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s, right %s", comm->peer_desc[0],
-             comm->peer_desc[1]);
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s over %s, right %s over %s%s",
+             comm->peer_desc[0], ring__tp_of(comm->recv_left)->name, comm->peer_desc[1], ring__tp_of(comm->send_right)->name,
+             comm->all_shm ? " (every ring edge on one host: shared-memory defaults)" : "");
 fail:
     return rc;
 }

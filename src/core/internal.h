@@ -66,8 +66,12 @@ struct ring_request {
 struct ring__transport;
 struct ring__bootstrap;
 
-/* Algorithm choice (RING_ALGO): by size, or forced. */
-enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD };
+/* Algorithm choice (RING_ALGO): by size, or forced. RD stands for the latency algorithms:
+ * recursive doubling (all-reduce, barrier) and the binomial tree (broadcast, RING__ALGO_TREE
+ * in descriptors and perf output). */
+enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_TREE };
+/* Transport between two ranks on one host (RING_TRANSPORT). */
+enum { RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM };
 
 typedef struct ring__params {
     int timeout_ms;
@@ -79,6 +83,10 @@ typedef struct ring__params {
     int port_lo, port_hi; /* data listen port range; 0,0 = ephemeral */
     int algo;             /* RING__ALGO_*: RING_ALGO */
     size_t rd_max_bytes;  /* auto: recursive doubling up to this many bytes (RING_RD_MAX_BYTES) */
+    int rd_max_set;       /* RING_RD_MAX_BYTES was given; else the default depends on the transport */
+    size_t tree_max_bytes; /* auto: binomial-tree broadcast up to this many bytes (RING_TREE_MAX_BYTES) */
+    int transport;        /* RING__TP_*: RING_TRANSPORT */
+    char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
     uint8_t secret[16];
     int secret_set;
     char ifname[128];
@@ -130,9 +138,11 @@ struct ring_comm {
      * communicator's lifetime (so point-to-point connections can be added later, p2p.h). */
     struct ring__bootstrap *bs;
     struct ring__peer_info *peers; /* every rank's data address and host identity */
-    const struct ring__transport *tp;
+    const struct ring__transport *tp; /* TCP: the listener, and every connection to start with */
     void *tp_ctx;
     void *lcomm;
+    void *shm_ctx; /* shared-memory transport (shm.c); connections to same-host peers upgrade to it */
+    int all_shm;   /* every ring edge is shared memory: the same answer on every rank (algorithm defaults) */
     void **conn_send, **conn_recv; /* by rank, NULL where not connected */
     void *send_right; /* = conn_send[right] */
     void *recv_left;  /* = conn_recv[left] */

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bootstrap.h"
@@ -55,29 +56,74 @@ static void engine_release(ring_comm_t *comm)
     pthread_mutex_unlock(&comm->mu);
 }
 
+/* Same host (name and boot id) and both sides take shared memory: upgrade the TCP connection. */
+static int want_shm(const ring_comm_t *comm, int p)
+{
+    const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[p];
+    return comm->shm_ctx && (b->flags & RING__PEER_SHM) && !strcmp(a->host, b->host) && !strcmp(a->bootid, b->bootid);
+}
+
+/* RING_TRANSPORT=shm on this rank: a peer that cannot be reached through shared memory is a
+ * configuration error, said at once rather than a silent fall back to TCP. */
+static ring_result_t check_forced(ring_comm_t *comm, int p)
+{
+    if (comm->params.transport != RING__TP_SHM || p == comm->rank || want_shm(comm, p)) return RING_OK;
+    const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[p];
+    if (!(b->flags & RING__PEER_SHM))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "RING_TRANSPORT=shm, but rank %d has RING_TRANSPORT=tcp", p);
+    return ring__seterr(comm, RING_ERR_INVALID_ARG, "RING_TRANSPORT=shm, but rank %d is on another host (%s, this rank on %s%s)",
+                        p, b->host, a->host, strcmp(a->host, b->host) ? "" : "; same name, different boot id");
+}
+
+/* Bring conns[p] (send or receive direction) one step closer to its final transport:
+ * 1 when it is there, 0 while pending. */
+static ring_result_t step_conn(ring_comm_t *comm, int p, int is_send, int *ready)
+{
+    ring_result_t rc = RING_OK;
+    void **slot = is_send ? &comm->conn_send[p] : &comm->conn_recv[p];
+    *ready = 0;
+    if (!*slot) {
+        if (is_send) RING_CHECK(comm->tp->connect(comm->tp_ctx, &comm->peers[p].addr, p, slot));
+        else RING_CHECK(comm->tp->accept(comm->lcomm, p, slot));
+        if (!*slot) return RING_OK;
+    }
+    if (ring__tp_of(*slot) == comm->tp && want_shm(comm, p)) {
+        void *up = NULL;
+        rc = ring__shm_transport.upgrade(comm->shm_ctx, *slot, p, is_send, &up);
+        if (rc != RING_OK) goto fail;
+        if (!up) return RING_OK;
+        *slot = up;
+    }
+    *ready = 1;
+fail:
+    return rc;
+}
+
 ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, const int *from, int nfrom,
                                    int64_t deadline_ns)
 {
     ring_result_t rc = RING_OK;
     const ring__transport_t *tp = comm->tp;
+    uint8_t *done = NULL;
     for (int i = 0; i < nto + nfrom; i++) {
         int p = i < nto ? to[i] : from[i - nto];
         if (p < 0 || p >= comm->nranks)
             return ring__seterr(comm, RING_ERR_INVALID_ARG, "connect: rank %d out of range [0, %d)", p, comm->nranks);
+        RING_CHECK(check_forced(comm, p));
     }
+    /* A connection is finished once it no longer needs its transport's attention: TCP
+     * connections to same-host peers still have the shared-memory upgrade to go through. */
+    done = calloc((size_t)(nto + nfrom) + 1, 1);
+    if (!done) return ring__seterr(comm, RING_ERR_NOMEM, "connect: out of memory");
     for (;;) {
         int missing = 0;
-        for (int i = 0; i < nto; i++) {
-            int p = to[i];
-            if (p == comm->rank || comm->conn_send[p]) continue;
-            RING_CHECK(tp->connect(comm->tp_ctx, &comm->peers[p].addr, p, &comm->conn_send[p]));
-            missing += !comm->conn_send[p];
-        }
-        for (int i = 0; i < nfrom; i++) {
-            int p = from[i];
-            if (p == comm->rank || comm->conn_recv[p]) continue;
-            RING_CHECK(tp->accept(comm->lcomm, p, &comm->conn_recv[p]));
-            missing += !comm->conn_recv[p];
+        for (int i = 0; i < nto + nfrom; i++) {
+            int is_send = i < nto, p = is_send ? to[i] : from[i - nto];
+            if (p == comm->rank || done[i]) continue;
+            int ready;
+            RING_CHECK(step_conn(comm, p, is_send, &ready));
+            done[i] = (uint8_t)ready;
+            missing += !ready;
         }
         if (!missing) break;
         if (atomic_load(&comm->aborted)) {
@@ -92,22 +138,24 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
             /* Name the first connection that is missing: that peer is the one to look at. */
             char d[160];
             int p = -1, send = 0;
-            for (int i = 0; i < nto && p < 0; i++)
-                if (to[i] != comm->rank && !comm->conn_send[to[i]]) p = to[i], send = 1;
-            for (int i = 0; i < nfrom && p < 0; i++)
-                if (from[i] != comm->rank && !comm->conn_recv[from[i]]) p = from[i];
+            for (int i = 0; i < nto + nfrom && p < 0; i++)
+                if (!done[i] && (i < nto ? to[i] : from[i - nto]) != comm->rank) p = i < nto ? to[i] : from[i - nto], send = i < nto;
+            void *c = send ? comm->conn_send[p] : comm->conn_recv[p];
             ring__peer_desc(comm, p, d, sizeof d);
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                              "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s",
-                              comm->params.timeout_ms, missing, send ? "connection to" : "connection from", d);
+                              "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s%s",
+                              comm->params.timeout_ms, missing, send ? "connection to" : "connection from", d,
+                              c ? " (stuck in the shared-memory handshake)" : "");
             goto fail;
         }
         struct pollfd fds[MAX_FDS];
         int nf = tp->listen_pollfds(comm->lcomm, fds, MAX_FDS - 1);
+        if (comm->shm_ctx) nf += ring__shm_transport.upgrade_pollfds(comm->shm_ctx, fds + nf, MAX_FDS - 1 - nf);
         fds[nf++] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
         poll(fds, (nfds_t)nf, 10);
     }
 fail:
+    free(done);
     return rc;
 }
 
@@ -137,7 +185,6 @@ typedef struct slot {
 
 ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop)
 {
-    const ring__transport_t *tp = comm->tp;
     const int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
     *stop = RING__WAIT_GO_ON;
     if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) *stop = RING__WAIT_ABORTED;
@@ -153,7 +200,8 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
     struct pollfd fds[MAX_FDS];
     int owner[MAX_FDS], nf = 0;
     for (int k = 0; k < nconns && nf < MAX_FDS - 1; k++) {
-        int got = tp->pollfds(conns[k], fds + nf, MAX_FDS - 1 - nf);
+        int got = ring__tp_of(conns[k])->pollfds(conns[k], fds + nf, MAX_FDS - 1 - nf);
+        if (got < 0) return RING_OK; /* it can move bytes now: no sleep */
         for (int j = 0; j < got; j++) owner[nf + j] = k;
         nf += got;
     }
@@ -163,7 +211,7 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
     if (r < 0 && errno != EINTR) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "poll");
     for (int i = 0; r > 0 && i < nf; i++)
         if (fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) {
-            ring_result_t rc = tp->check(conns[owner[i]]);
+            ring_result_t rc = ring__tp_of(conns[owner[i]])->check(conns[owner[i]]);
             if (rc != RING_OK) return rc;
         }
     return RING_OK;
@@ -172,7 +220,6 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
 ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int nops)
 {
     ring_result_t rc = RING_OK;
-    const ring__transport_t *tp = comm->tp;
     slot st[RING__P2P_MAX_OPS];
     void *conns[2 * RING__P2P_MAX_OPS];
     int nconn = 0, ndone = 0;
@@ -207,8 +254,8 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
             int isblocked = 0;
             for (int k = 0; k < nblocked; k++) isblocked |= blocked[k] == c;
             if (isblocked) continue;
-            if (o->is_send) RING_CHECK(tp->isend(c, o->buf, o->len, NULL, &st[i].req));
-            else RING_CHECK(tp->irecv(c, o->buf, o->len, NULL, &st[i].req));
+            if (o->is_send) RING_CHECK(ring__tp_of(c)->isend(c, o->buf, o->len, NULL, &st[i].req));
+            else RING_CHECK(ring__tp_of(c)->irecv(c, o->buf, o->len, NULL, &st[i].req));
             if (!st[i].req) {
                 blocked[nblocked++] = c;
                 continue;
@@ -216,14 +263,16 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
             st[i].posted = 1;
             busy = 1;
         }
-        for (int k = 0; k < nconn; k++) RING_CHECK(tp->progress(conns[k], &moved));
+        for (int k = 0; k < nconn; k++) RING_CHECK(ring__tp_of(conns[k])->progress(conns[k], &moved));
         for (int i = 0; i < nops; i++) {
             if (!st[i].posted || st[i].done) continue;
-            RING_CHECK(tp->test(st[i].req, &st[i].done));
+            void *c = ops[i].is_send ? comm->conn_send[ops[i].peer] : comm->conn_recv[ops[i].peer];
+            RING_CHECK(ring__tp_of(c)->test(st[i].req, &st[i].done));
             if (st[i].done) {
                 st[i].req = NULL;
                 ndone++;
                 busy = 1;
+                if (ops[i].on_done) RING_CHECK(ops[i].on_done(comm, ops[i].arg));
             }
         }
         if (ndone == nops) break;

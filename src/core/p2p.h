@@ -21,6 +21,10 @@ typedef struct ring__p2p_op {
     int is_send; /* 1: send buf to peer, 0: receive from peer into buf */
     void *buf;   /* not written for sends */
     size_t len;  /* bytes; must equal the length of the matching op on the peer (0 is allowed) */
+    /* Optional: called as soon as this op completes, before the others have; an error ends
+     * the run. Lets a check on a descriptor fail a run that would otherwise wait forever. */
+    ring_result_t (*on_done)(ring_comm_t *comm, void *arg);
+    void *arg;
 } ring__p2p_op_t;
 
 /*

@@ -187,6 +187,26 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     RING_CHECK(env_size("RING_SOCKBUF_BYTES", 0, (size_t)1 << 30, &p->sockbuf_bytes));
     p->rd_max_bytes = RING__DEFAULT_RD_MAX_BYTES;
     RING_CHECK(env_size("RING_RD_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->rd_max_bytes));
+    p->rd_max_set = getenv("RING_RD_MAX_BYTES") && *getenv("RING_RD_MAX_BYTES");
+    p->tree_max_bytes = RING__DEFAULT_TREE_MAX_BYTES;
+    RING_CHECK(env_size("RING_TREE_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->tree_max_bytes));
+    const char *tpn = getenv("RING_TRANSPORT");
+    p->transport = RING__TP_AUTO;
+    if (tpn && *tpn) {
+        if (!strcmp(tpn, "tcp")) p->transport = RING__TP_TCP;
+        else if (!strcmp(tpn, "shm")) p->transport = RING__TP_SHM;
+        else if (strcmp(tpn, "auto") != 0)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_TRANSPORT=\"%s\": expected auto, tcp or shm", tpn);
+    }
+    const char *sd = getenv("RING_SHM_DIR");
+    if (sd && *sd) {
+        if (sd[0] != '/' || strlen(sd) >= sizeof p->shm_dir - 64)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_SHM_DIR=\"%s\": expected an absolute directory path of at most %zu characters",
+                                sd, sizeof p->shm_dir - 65);
+        snprintf(p->shm_dir, sizeof p->shm_dir, "%s", sd);
+    } else {
+        snprintf(p->shm_dir, sizeof p->shm_dir, "/dev/shm");
+    }
     const char *algo = getenv("RING_ALGO");
     p->algo = RING__ALGO_AUTO;
     if (algo && *algo) {

@@ -65,6 +65,7 @@ typedef struct sockq {
 } sockq;
 
 typedef struct tcp_conn {
+    ring__conn_t base; /* first: the transport table */
     tcp_ctx *ctx;
     int is_send;
     int peer;
@@ -210,6 +211,7 @@ static tcp_conn *conn_new(tcp_ctx *ctx, int is_send, int peer, const ring__socka
 {
     tcp_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->base.tp = &ring__tcp_transport;
     c->ctx = ctx;
     c->is_send = is_send;
     c->peer = peer;
@@ -655,6 +657,20 @@ static void tcp_close(void *vc)
         c->all_reqs = n;
     }
     free(c);
+}
+
+int ring__tcp_conn_fd(void *vc)
+{
+    tcp_conn *c = vc;
+    return c->q[0].fd;
+}
+
+int ring__tcp_take_fd(void *vc)
+{
+    tcp_conn *c = vc;
+    int fd = c->q[0].fd;
+    c->q[0].fd = -1;
+    return fd;
 }
 
 const ring__transport_t ring__tcp_transport = {

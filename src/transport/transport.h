@@ -1,7 +1,8 @@
 /*
- * The transport interface: one table of function pointers per transport (TCP now; shared
- * memory and RDMA verbs later). The ring engine sees only this table, so a new transport
- * needs no change in the collectives.
+ * The transport interface: one table of function pointers per transport (TCP, shared memory;
+ * RDMA verbs later). The ring engine sees only this table, so a new transport needs no change
+ * in the collectives. Every connection object starts with a ring__conn_t naming its table, so
+ * one rank can talk shared memory to its left neighbour and TCP to its right.
  *
  * Model (close to NCCL's net plugin API):
  *  - Connections are one-way: a send connection to one peer, a receive connection from one
@@ -16,6 +17,9 @@
  *  - Buffers belong to the transport from isend/irecv until test() reports done.
  *  - Errors are returned as ring_result_t with the detail already written to the
  *    communicator (peer rank and address included); a failed connection stays failed.
+ *  - Every connection starts as TCP (authenticated with the job secret). A transport with an
+ *    upgrade() op then builds its own connection on top of an established TCP one, whose
+ *    socket it keeps as a doorbell and liveness channel (shared memory does this).
  */
 #ifndef RING_TRANSPORT_H
 #define RING_TRANSPORT_H
@@ -33,6 +37,13 @@ typedef struct ring__tp_addr {
     uint32_t len;
     uint8_t data[RING__TP_ADDR_MAX];
 } ring__tp_addr_t;
+
+struct ring__transport;
+
+/* The first member of every connection object: which transport drives it. */
+typedef struct ring__conn {
+    const struct ring__transport *tp;
+} ring__conn_t;
 
 typedef struct ring__transport {
     const char *name;
@@ -77,7 +88,9 @@ typedef struct ring__transport {
     ring_result_t (*progress)(void *conn, int *moved);
     /* Completion check; frees req when it reports done. Does not move data. */
     ring_result_t (*test)(void *req, int *done);
-    /* Descriptors to poll when progress() moved nothing. Returns how many were written. */
+    /* Descriptors to poll when progress() moved nothing. Returns how many were written, or -1
+     * if the connection can move bytes now (a transport that must arm a wake-up before
+     * sleeping found that its peer acted meanwhile): then the caller does not sleep. */
     int (*pollfds)(void *conn, struct pollfd *fds, int max);
     /* Called when poll() reported a hang-up or error on one of conn's descriptors: return an
      * error if the connection is dead, RING_OK if it is merely readable/writable. */
@@ -85,9 +98,42 @@ typedef struct ring__transport {
 
     /* Close a send or receive connection; pending requests are dropped. Safe on NULL. */
     void (*close)(void *conn);
+
+    /*
+     * Optional zero-copy receive (NULL where the transport has none). zc_max: the largest
+     * message irecv accepts with buf == NULL on this receive connection (0: none). Such a
+     * receive lands in transport memory: once test() reports it done (test does not free it),
+     * zc_data gives the bytes, valid until zc_release frees the request and the memory.
+     * Zero-copy receives on a connection are released in the order they were posted.
+     */
+    size_t (*zc_max)(void *rcomm);
+    const void *(*zc_data)(void *req);
+    void (*zc_release)(void *req);
+
+    /*
+     * Optional: build a connection of this transport on `base`, an established TCP connection
+     * with `peer` (is_send: the direction of base). Never blocks: *conn stays NULL until both
+     * sides agreed; call again. On success *conn is the new connection and base was consumed
+     * (closed); *conn == base means the peer declined or the transport is unavailable here
+     * and the two sides keep TCP. On error base is left to the caller.
+     */
+    ring_result_t (*upgrade)(void *ctx, void *base, int peer, int is_send, void **conn);
+    /* Descriptors to poll while upgrades are pending. */
+    int (*upgrade_pollfds)(void *ctx, struct pollfd *fds, int max);
 } ring__transport_t;
 
+static inline const ring__transport_t *ring__tp_of(void *conn) { return ((ring__conn_t *)conn)->tp; }
+
 extern const ring__transport_t ring__tcp_transport;
+extern const ring__transport_t ring__shm_transport;
+
+/* The TCP connection's first socket (the shared-memory upgrade talks on it), and taking it
+ * over: the connection no longer closes it. */
+int ring__tcp_conn_fd(void *conn);
+int ring__tcp_take_fd(void *conn);
+/* Remove shared-memory segments in dir left by ringcomm processes of this user that no longer
+ * exist (killed between creating a segment and its peer mapping it). Returns how many. */
+int ring__shm_sweep(const char *dir);
 
 /*
  * The TCP transport's wire checks, pure functions so that tests and fuzzers can drive them.

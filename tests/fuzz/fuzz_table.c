@@ -1,10 +1,10 @@
 /*
  * Rank-table entries: after the 24-byte TABLE header, rank_run (bootstrap.c) reads nranks
- * 240-byte entries from the root and parses each with ring__peer_info_parse; the root parses
+ * 248-byte entries from the root and parses each with ring__peer_info_parse; the root parses
  * the same block inside every HELLO. The address, host and boot id then size copies and are
  * printed, so a length or terminator taken from the wire unchecked would be a memory bug.
  *
- * Input: consecutive 240-byte entries (the table body); a short last one is zero-padded. The
+ * Input: consecutive 248-byte entries (the table body); a short last one is zero-padded. The
  * header checks in rank_run are inline code, not a function, and are not covered here.
  */
 #include <stdlib.h>

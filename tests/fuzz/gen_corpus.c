@@ -90,7 +90,7 @@ static int hello_ok(const unsigned char *buf, ring_result_t *code)
     return ring__hello_parse(buf, fuzz_secret, &r, &n, &out, code) == NULL;
 }
 
-/* Checked as the harness reads it: zero-padded, the secret written in when byte 272 says so. */
+/* Checked as the harness reads it: zero-padded, the secret written in when byte 280 says so. */
 static void hello_seed(const char *name, const unsigned char *buf, size_t len, ring_result_t want)
 {
     unsigned char h[RING__HELLO_LEN] = {0};
@@ -148,7 +148,7 @@ static void gen_hello(void)
     hello_seed("addr_len_max", b, RING__HELLO_LEN, RING_ERR_PROTOCOL);
 }
 
-/* An entry is the HELLO's address block (bytes 32..272). */
+/* An entry is the HELLO's address block (bytes 32..280). */
 static void entry_of(unsigned char *e, const ring__peer_info_t *in)
 {
     unsigned char b[RING__HELLO_LEN];

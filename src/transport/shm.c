@@ -1,0 +1,849 @@
+/*
+ * Shared-memory transport between two ranks on one host.
+ *
+ * Setting up: an upgrade of an established, authenticated TCP connection. Its first socket
+ * stays as the doorbell and liveness channel; the other sockets are closed.
+ *  1. The sending side creates <RING_SHM_DIR>/ringcomm-<uid>-<pid>-<nonce>-<from>-<to>-<n>
+ *     (O_EXCL, mode 0600), reserves all of it with posix_fallocate (a full /dev/shm is an
+ *     error now, not a SIGBUS in the middle of a collective), maps it, writes the header and
+ *     sends OFFER (256 bytes) on the socket:
+ *       magic "RGSO" | status | segment bytes (u64) | name or reason [240]
+ *     status != 0 declines: no segment could be made here, and the text says why.
+ *  2. The receiving side opens the file, checks owner, mode, size and header (magic, version,
+ *     job nonce, both ranks, geometry), maps it and unlinks it at once: both sides hold the
+ *     mapping, so a crash from here on leaves nothing in the directory. It answers ACK:
+ *       magic "RGSA" | status (errno of what failed, 0 = mapped)          (8 bytes)
+ *  3. Both mapped: the connection is shared memory. Otherwise both keep the TCP connection
+ *     (RING_TRANSPORT=auto, logged) or the rank that demanded shm fails (RING_TRANSPORT=shm).
+ *  A segment is only left behind if its creator is killed between steps 1 and 2; the next
+ *  communicator of the same user sweeps segments whose creator no longer exists.
+ *
+ * The segment: a control page (header, head and tail counters, sleep flags, one 32-byte
+ * header per slot), then nslots payload slots of slot_bytes each, page-aligned. It is one
+ * single-producer/single-consumer queue of slots:
+ *  - The sender copies a piece of a message into slot (head mod nslots), writes the slot
+ *    header (message number, message length, offset of the piece) and publishes the slot by
+ *    advancing head with release order. A message of L bytes takes max(1, ceil(L / slot_bytes))
+ *    slots; one of at most slot_bytes can be received in place (zero copy).
+ *  - The receiver reads head with acquire order, checks the slot header against the receive
+ *    it has posted (message number, exact length), copies the piece out or hands the slot to
+ *    the engine, which reduces straight out of it into the user buffer; freed slots advance
+ *    tail (release order), always in order.
+ *  - Waiting: the engine spins first (RING_SPIN_US, yielding the CPU). Before it sleeps in
+ *    poll(), a side that waits raises its sleep flag, fences and looks at the queue again; the
+ *    other side fences after publishing and, if the flag is up, takes it down and writes one
+ *    byte on the socket (Dekker's handshake: one of the two always sees the other). A futex
+ *    would not do: a rank may wait on a shared-memory neighbour, a TCP neighbour and the abort
+ *    eventfd at once, and only poll() waits on all of them. A pair that keeps each other busy
+ *    makes no system call; an idle rank uses no CPU.
+ *  - A peer that exits closes the socket, and poll() says so. That is an error only for an
+ *    operation that can no longer complete: data published before the peer exited is still
+ *    read, as TCP would deliver bytes already sent.
+ * Bytes moved per message: one copy into the segment and one out of it, or none out for a
+ * zero-copy receive. Nothing goes on the socket but the 264 setup bytes and doorbells.
+ */
+#include <dirent.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "transport.h"
+#include "wire.h"
+
+#define SEG_MAGIC 0x52475347u   /* "RGSG" */
+#define OFFER_MAGIC 0x5247534fu /* "RGSO" */
+#define ACK_MAGIC 0x52475341u   /* "RGSA" */
+#define SEG_VERSION 1u
+#define OFFER_LEN 256
+#define OFFER_TEXT 240
+#define ACK_LEN 8
+#define PAGE ((size_t)4096)
+#define MAX_SLOTS 64u
+#define MIN_SLOT (64 * (size_t)1024)
+#define MAX_SLOT (4 * (size_t)1024 * 1024)
+#define NAME_PREFIX "ringcomm-"
+
+typedef struct slot_hdr {
+    uint32_t seq;
+    uint32_t pad;
+    uint64_t msg_len;
+    uint64_t off;
+    uint64_t pad2;
+} slot_hdr;
+
+typedef struct seg_ctl {
+    uint32_t magic, version;
+    uint64_t nonce;
+    uint32_t from, to;
+    uint32_t nslots, pad;
+    uint64_t slot_bytes, total_bytes, data_off;
+    alignas(64) _Atomic uint64_t head; /* slots published: written by the sender */
+    _Atomic uint32_t rx_sleep;         /* receiver is about to sleep: ring after publishing */
+    alignas(64) _Atomic uint64_t tail; /* slots freed: written by the receiver */
+    _Atomic uint32_t tx_sleep;         /* sender waits for a free slot: ring after freeing */
+    alignas(64) slot_hdr slots[];
+} seg_ctl;
+
+typedef struct shm_ctx shm_ctx;
+typedef struct shm_req shm_req;
+
+typedef struct shm_conn {
+    ring__conn_t base; /* first: the transport table */
+    shm_ctx *ctx;
+    int is_send, peer, fd;
+    int peer_closed;
+    char *seg;
+    size_t seg_bytes;
+    seg_ctl *ctl;
+    char *data;
+    uint32_t nslots;
+    size_t slot_bytes;
+    uint64_t next;    /* sender: next slot to publish; receiver: next slot to read */
+    uint64_t freed;   /* receiver: slots freed (= tail) */
+    uint64_t seen;    /* receiver: head last read; sender: tail last read */
+    uint8_t *done_at; /* receiver: slot read and released, waiting for the ones before it */
+    uint32_t seq;     /* messages posted */
+    shm_req *qh, *qt; /* posted, not yet fully moved, in order */
+    shm_req *free_reqs, *all_reqs;
+    ring_result_t failed;
+    char desc[160];
+} shm_conn;
+
+struct shm_req {
+    shm_conn *c;
+    char *buf;
+    size_t len, done;
+    uint32_t seq;
+    int zc, moved, first;
+    uint64_t slot;
+    shm_req *next, *next_free, *next_all;
+};
+
+/* A connection being upgraded: what one side of the OFFER/ACK exchange still has to do. */
+typedef struct up {
+    int peer, is_send, fd, state;
+    void *base;
+    unsigned char msg[OFFER_LEN];
+    size_t io;
+    int status;          /* sender: own status in the OFFER; receiver: own status in the ACK */
+    char reason[OFFER_TEXT];
+    char path[PATH_MAX];
+    char *seg;
+    size_t seg_bytes;
+    struct up *next;
+} up;
+
+struct shm_ctx {
+    ring_comm_t *comm;
+    up *ups;
+    uint8_t *keep_tcp[2]; /* by direction and peer: the pair agreed on TCP, do not ask again */
+};
+
+enum { S_START, S_OFFER_IO, S_ACK_IO, S_DONE };
+
+static ring_result_t shm_init(ring_comm_t *comm, void **ctxp)
+{
+    shm_ctx *ctx = calloc(1, sizeof *ctx);
+    uint8_t *k = calloc(2 * (size_t)comm->nranks, 1);
+    if (!ctx || !k) {
+        free(ctx);
+        free(k);
+        return ring__seterr(comm, RING_ERR_NOMEM, "shm: out of memory");
+    }
+    ctx->comm = comm;
+    ctx->keep_tcp[0] = k;
+    ctx->keep_tcp[1] = k + comm->nranks;
+    *ctxp = ctx;
+    return RING_OK;
+}
+
+static void up_free(up *u)
+{
+    if (u->seg) munmap(u->seg, u->seg_bytes);
+    /* A sender that gives up before the receiver mapped the segment removes it itself. */
+    if (u->is_send && u->path[0]) unlink(u->path);
+    free(u);
+}
+
+static void shm_fini(void *vctx)
+{
+    shm_ctx *ctx = vctx;
+    if (!ctx) return;
+    while (ctx->ups) {
+        up *n = ctx->ups->next;
+        up_free(ctx->ups);
+        ctx->ups = n;
+    }
+    free(ctx->keep_tcp[0]);
+    free(ctx);
+}
+
+static size_t data_off_for(uint32_t nslots)
+{
+    return (sizeof(seg_ctl) + nslots * sizeof(slot_hdr) + PAGE - 1) & ~(PAGE - 1);
+}
+
+/* Ring edges carry the pipeline's chunks, so a slot holds one whole chunk (zero-copy receive)
+ * and there is one slot per message in flight; connections used only by the latency
+ * algorithms carry small messages and get a small segment. */
+static void geometry(const ring_comm_t *comm, int peer, uint32_t *nslots, size_t *slot_bytes)
+{
+    if (peer == comm->right) {
+        size_t s = (comm->params.chunk_bytes + PAGE - 1) & ~(PAGE - 1);
+        *slot_bytes = RING__MAX(MIN_SLOT, RING__MIN(MAX_SLOT, s));
+        *nslots = (uint32_t)RING__MAX(2, RING__MIN((int)MAX_SLOTS, comm->params.pipeline_depth));
+    } else {
+        *slot_bytes = MIN_SLOT;
+        *nslots = 4;
+    }
+}
+
+/* Reasons are cut to fit the OFFER: paths in them may be long, and a cut message beats none. */
+static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *out, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, len, fmt, ap);
+    va_end(ap);
+}
+
+static void put_text(unsigned char *m, const char *s)
+{
+    snprintf((char *)m + 16, OFFER_TEXT, "%s", s);
+}
+
+/* Sender, step 1: the segment, or a declining OFFER with the reason. */
+static void make_segment(shm_ctx *ctx, up *u)
+{
+    ring_comm_t *comm = ctx->comm;
+    static atomic_uint counter;
+    uint32_t nslots;
+    size_t slot_bytes;
+    geometry(comm, u->peer, &nslots, &slot_bytes);
+    size_t doff = data_off_for(nslots), total = doff + (size_t)nslots * slot_bytes;
+    int fd = -1, e = 0;
+    char name[128];
+    for (int tries = 0; tries < 16 && fd < 0; tries++) {
+        snprintf(name, sizeof name, NAME_PREFIX "%u-%d-%016llx-%d-%d-%u", (unsigned)geteuid(), (int)getpid(),
+                 (unsigned long long)comm->job_nonce, comm->rank, u->peer, atomic_fetch_add(&counter, 1));
+        say(u->path, sizeof u->path, "%s/%s", comm->params.shm_dir, name);
+        fd = open(u->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        e = errno;
+        if (fd < 0 && e != EEXIST) break;
+    }
+    memset(u->msg, 0, sizeof u->msg);
+    ring__put32(u->msg, OFFER_MAGIC);
+    if (fd < 0) {
+        u->path[0] = '\0';
+        say(u->reason, sizeof u->reason, "cannot create a segment in %s: %s", comm->params.shm_dir, strerror(e));
+        goto decline;
+    }
+    /* posix_fallocate returns the error instead of setting errno. */
+    e = posix_fallocate(fd, 0, (off_t)total);
+    if (e) {
+        say(u->reason, sizeof u->reason, "cannot reserve %zu bytes in %s (%s; a container's /dev/shm is often 64 MiB: "
+                 "raise it, or set RING_SHM_DIR)", total, comm->params.shm_dir, strerror(e));
+        goto decline;
+    }
+    u->seg = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (u->seg == MAP_FAILED) {
+        u->seg = NULL;
+        say(u->reason, sizeof u->reason, "cannot map %zu bytes of %s: %s", total, u->path, strerror(errno));
+        goto decline;
+    }
+    close(fd);
+    u->seg_bytes = total;
+    seg_ctl *h = (seg_ctl *)u->seg;
+    h->magic = SEG_MAGIC;
+    h->version = SEG_VERSION;
+    h->nonce = comm->job_nonce;
+    h->from = (uint32_t)comm->rank;
+    h->to = (uint32_t)u->peer;
+    h->nslots = nslots;
+    h->slot_bytes = slot_bytes;
+    h->total_bytes = total;
+    h->data_off = doff;
+    atomic_init(&h->head, 0);
+    atomic_init(&h->tail, 0);
+    atomic_init(&h->rx_sleep, 0);
+    atomic_init(&h->tx_sleep, 0);
+    ring__put32(u->msg + 4, 0);
+    ring__put64(u->msg + 8, total);
+    put_text(u->msg, name);
+    return;
+decline:
+    if (fd >= 0) {
+        close(fd);
+        unlink(u->path);
+    }
+    u->path[0] = '\0';
+    u->status = e ? e : EIO;
+    ring__put32(u->msg + 4, (uint32_t)u->status);
+    put_text(u->msg, u->reason);
+}
+
+/* Receiver, step 2: map what the OFFER names, or say why not (status = errno). */
+static int map_segment(shm_ctx *ctx, up *u)
+{
+    ring_comm_t *comm = ctx->comm;
+    char name[OFFER_TEXT];
+    uint64_t total = ring__get64(u->msg + 8);
+    memcpy(name, u->msg + 16, OFFER_TEXT);
+    name[OFFER_TEXT - 1] = '\0';
+    /* Only a plain name of ours inside the agreed directory: the peer is authenticated, but a
+     * path of its choosing is not something to open. */
+    if (strncmp(name, NAME_PREFIX, strlen(NAME_PREFIX)) != 0 || strchr(name, '/')) {
+        say(u->reason, sizeof u->reason, "the offered segment name is not a ringcomm segment");
+        return EINVAL;
+    }
+    say(u->path, sizeof u->path, "%s/%s", comm->params.shm_dir, name);
+    int fd = open(u->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        int e = errno;
+        say(u->reason, sizeof u->reason, "cannot open %s: %s (is RING_SHM_DIR the same on both ranks?)", u->path,
+                 strerror(e));
+        return e;
+    }
+    struct stat st;
+    int e = 0;
+    if (fstat(fd, &st) != 0) e = errno;
+    else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) || (uint64_t)st.st_size != total ||
+             total < PAGE || total > ((uint64_t)1 << 40))
+        e = EPERM;
+    if (e) {
+        say(u->reason, sizeof u->reason, "%s is not a segment this rank can trust (owner, mode or size)", u->path);
+        close(fd);
+        return e;
+    }
+    u->seg = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    e = errno;
+    close(fd);
+    unlink(u->path);
+    if (u->seg == MAP_FAILED) {
+        u->seg = NULL;
+        say(u->reason, sizeof u->reason, "cannot map %s: %s", u->path, strerror(e));
+        return e;
+    }
+    u->seg_bytes = (size_t)total;
+    seg_ctl *h = (seg_ctl *)u->seg;
+    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nonce != comm->job_nonce ||
+        h->from != (uint32_t)u->peer || h->to != (uint32_t)comm->rank || h->nslots == 0 || h->nslots > MAX_SLOTS ||
+        h->slot_bytes < PAGE || h->slot_bytes > MAX_SLOT || h->slot_bytes % 64 || h->total_bytes != total ||
+        h->data_off != data_off_for(h->nslots) || h->data_off + (uint64_t)h->nslots * h->slot_bytes != total) {
+        say(u->reason, sizeof u->reason, "the segment from rank %d has a bad header", u->peer);
+        return EPROTO;
+    }
+    return 0;
+}
+
+static ring_result_t conn_from(shm_ctx *ctx, up *u, shm_conn **out)
+{
+    ring_comm_t *comm = ctx->comm;
+    shm_conn *c = calloc(1, sizeof *c);
+    uint8_t *d = NULL;
+    seg_ctl *h = (seg_ctl *)u->seg;
+    if (c && !u->is_send) d = calloc(h->nslots, 1);
+    if (!c || (!u->is_send && !d)) {
+        free(c);
+        return ring__seterr(comm, RING_ERR_NOMEM, "shm: out of memory");
+    }
+    c->base.tp = &ring__shm_transport;
+    c->ctx = ctx;
+    c->is_send = u->is_send;
+    c->peer = u->peer;
+    c->seg = u->seg;
+    c->seg_bytes = u->seg_bytes;
+    c->ctl = h;
+    c->nslots = h->nslots;
+    c->slot_bytes = h->slot_bytes;
+    c->data = u->seg + h->data_off;
+    c->done_at = d;
+    c->fd = ring__tcp_take_fd(u->base);
+    ring__tcp_transport.close(u->base);
+    u->seg = NULL;
+    snprintf(c->desc, sizeof c->desc, "rank %d (shared memory)", u->peer);
+    *out = c;
+    return RING_OK;
+}
+
+/* Move the OFFER or ACK bytes of u on its socket. 1: all moved, 0: not yet, -1: error (errno). */
+static int io_step(up *u, size_t len, int is_write)
+{
+    while (u->io < len) {
+        ssize_t n = is_write ? send(u->fd, u->msg + u->io, len - u->io, MSG_NOSIGNAL | MSG_DONTWAIT)
+                             : recv(u->fd, u->msg + u->io, len - u->io, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n <= 0) {
+            if (n == 0) errno = ECONNRESET;
+            return -1;
+        }
+        u->io += (size_t)n;
+    }
+    return 1;
+}
+
+static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, void **out)
+{
+    shm_ctx *ctx = vctx;
+    ring_comm_t *comm = ctx->comm;
+    ring_result_t rc = RING_OK;
+    up *u = ctx->ups, **pp = &ctx->ups;
+    *out = NULL;
+    if (ctx->keep_tcp[is_send][peer]) {
+        *out = base;
+        return RING_OK;
+    }
+    while (u && !(u->peer == peer && u->is_send == is_send)) pp = &u->next, u = u->next;
+    if (!u) {
+        u = calloc(1, sizeof *u);
+        if (!u) return ring__seterr(comm, RING_ERR_NOMEM, "shm: out of memory");
+        u->peer = peer;
+        u->is_send = is_send;
+        u->base = base;
+        u->fd = ring__tcp_conn_fd(base);
+        u->state = S_START;
+        u->next = ctx->ups;
+        ctx->ups = u;
+        pp = &ctx->ups;
+    }
+    int r = 1;
+    if (is_send) {
+        if (u->state == S_START) {
+            make_segment(ctx, u);
+            u->state = S_OFFER_IO;
+        }
+        if (u->state == S_OFFER_IO && (r = io_step(u, OFFER_LEN, 1)) == 1) {
+            u->state = S_ACK_IO;
+            u->io = 0;
+        }
+        if (r == 1 && u->state == S_ACK_IO && (r = io_step(u, ACK_LEN, 0)) == 1) {
+            if (ring__get32(u->msg) != ACK_MAGIC) {
+                rc = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: garbage from rank %d where a segment ACK was expected", peer);
+                goto fail;
+            }
+            if (!u->status) {
+                u->status = (int)ring__get32(u->msg + 4);
+                if (u->status)
+                    say(u->reason, sizeof u->reason, "rank %d could not map the segment: %s", peer, strerror(u->status));
+            }
+            u->state = S_DONE;
+        }
+    } else {
+        if (u->state == S_START && (r = io_step(u, OFFER_LEN, 0)) == 1) {
+            if (ring__get32(u->msg) != OFFER_MAGIC) {
+                rc = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: garbage from rank %d where a segment OFFER was expected", peer);
+                goto fail;
+            }
+            int theirs = (int)ring__get32(u->msg + 4);
+            if (theirs) {
+                u->status = theirs;
+                char why[OFFER_TEXT];
+                memcpy(why, u->msg + 16, OFFER_TEXT);
+                why[OFFER_TEXT - 1] = '\0';
+                say(u->reason, sizeof u->reason, "rank %d: %s", peer, why);
+            } else {
+                u->status = map_segment(ctx, u);
+            }
+            memset(u->msg, 0, ACK_LEN);
+            ring__put32(u->msg, ACK_MAGIC);
+            ring__put32(u->msg + 4, (uint32_t)(theirs ? 0 : u->status));
+            u->io = 0;
+            u->state = S_ACK_IO;
+        }
+        if (r == 1 && u->state == S_ACK_IO && (r = io_step(u, ACK_LEN, 1)) == 1) u->state = S_DONE;
+    }
+    if (r < 0) {
+        rc = ring__seterr_errno(comm, RING_ERR_PEER, errno, "shm: connection with rank %d lost during the shared-memory handshake",
+                                peer);
+        goto fail;
+    }
+    if (u->state != S_DONE) return RING_OK;
+
+    *pp = u->next;
+    if (u->status) {
+        if (comm->params.transport == RING__TP_SHM) {
+            rc = ring__seterr(comm, RING_ERR_SYSTEM, "RING_TRANSPORT=shm, but shared memory with rank %d failed: %s", peer,
+                              u->reason);
+            up_free(u);
+            return rc;
+        }
+        RING_LOG(RING_LOG_WARN, RING_SUB_NET, comm->rank, "shm: %s rank %d stays on TCP: %s",
+                 is_send ? "sending to" : "receiving from", peer, u->reason);
+        ctx->keep_tcp[is_send][peer] = 1;
+        up_free(u);
+        *out = base;
+        return RING_OK;
+    }
+    shm_conn *c = NULL;
+    rc = conn_from(ctx, u, &c);
+    if (rc == RING_OK) {
+        RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "shm: %s rank %d through shared memory (%u slots of %zu bytes)",
+                 is_send ? "sending to" : "receiving from", peer, c->nslots, c->slot_bytes);
+        *out = c;
+    }
+    up_free(u);
+    return rc;
+fail:
+    *pp = u->next;
+    up_free(u);
+    return rc;
+}
+
+static int shm_upgrade_pollfds(void *vctx, struct pollfd *fds, int max)
+{
+    shm_ctx *ctx = vctx;
+    int n = 0;
+    for (up *u = ctx->ups; u && n < max; u = u->next) {
+        int wr = (u->is_send && u->state == S_OFFER_IO) || (!u->is_send && u->state == S_ACK_IO);
+        fds[n++] = (struct pollfd){.fd = u->fd, .events = wr ? POLLOUT : POLLIN};
+    }
+    return n;
+}
+
+static ring_result_t fail_conn(shm_conn *c, ring_result_t code, const char *fmt, const char *what)
+{
+    c->failed = ring__seterr(c->ctx->comm, code, fmt, what, c->desc);
+    return c->failed;
+}
+
+/* Wake the other side if it went to sleep waiting for what we just did. */
+static void ring_bell(shm_conn *c, _Atomic uint32_t *flag)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(flag, memory_order_relaxed) && atomic_exchange(flag, 0)) {
+        char b = 1;
+        /* EAGAIN: the socket is full of unread doorbells, so the peer is awake anyway. */
+        ssize_t n = send(c->fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)n;
+    }
+}
+
+static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
+{
+    shm_conn *c = vc;
+    *rp = NULL;
+    if (c->failed) return c->failed;
+    shm_req *r = c->free_reqs;
+    if (r) {
+        c->free_reqs = r->next_free;
+    } else {
+        r = calloc(1, sizeof *r);
+        if (!r) return c->failed = ring__seterr(c->ctx->comm, RING_ERR_NOMEM, "shm: out of memory");
+        r->next_all = c->all_reqs;
+        c->all_reqs = r;
+    }
+    r->c = c;
+    r->buf = buf;
+    r->len = len;
+    r->done = 0;
+    r->zc = !c->is_send && !buf;
+    r->moved = 0;
+    r->first = 1;
+    r->seq = c->seq++;
+    r->next = NULL;
+    if (c->qt) c->qt->next = r;
+    else c->qh = r;
+    c->qt = r;
+    *rp = r;
+    return RING_OK;
+}
+
+static ring_result_t shm_isend(void *c, const void *buf, size_t len, void *mh, void **rp)
+{
+    (void)mh;
+    return post(c, (void *)buf, len, rp);
+}
+
+static ring_result_t shm_irecv(void *vc, void *buf, size_t len, void *mh, void **rp)
+{
+    shm_conn *c = vc;
+    (void)mh;
+    if (!buf && len > c->slot_bytes)
+        return c->failed = ring__seterr(c->ctx->comm, RING_ERR_INTERNAL,
+                                        "shm: zero-copy receive of %zu bytes from %s exceeds its %zu-byte slots", len,
+                                        c->desc, c->slot_bytes);
+    return post(c, buf, len, rp);
+}
+
+static void pop(shm_conn *c)
+{
+    c->qh = c->qh->next;
+    if (!c->qh) c->qt = NULL;
+}
+
+static ring_result_t send_progress(shm_conn *c, int *moved)
+{
+    int published = 0;
+    while (c->qh) {
+        shm_req *r = c->qh;
+        while (r->first || r->done < r->len) {
+            if (c->next - c->seen >= c->nslots) {
+                c->seen = atomic_load_explicit(&c->ctl->tail, memory_order_acquire);
+                if (c->next - c->seen >= c->nslots) goto out;
+            }
+            uint32_t i = (uint32_t)(c->next % c->nslots);
+            size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
+            if (piece) memcpy(c->data + (size_t)i * c->slot_bytes, r->buf + r->done, piece);
+            c->ctl->slots[i] = (slot_hdr){.seq = r->seq, .msg_len = r->len, .off = r->done};
+            r->done += piece;
+            r->first = 0;
+            c->next++;
+            atomic_store_explicit(&c->ctl->head, c->next, memory_order_release);
+            published = 1;
+        }
+        r->moved = 1;
+        pop(c);
+    }
+out:
+    if (published) {
+        *moved = 1;
+        ring_bell(c, &c->ctl->rx_sleep);
+    }
+    return RING_OK;
+}
+
+static void free_slot(shm_conn *c, uint64_t slot)
+{
+    c->done_at[slot % c->nslots] = 1;
+    int adv = 0;
+    while (c->freed < c->next && c->done_at[c->freed % c->nslots]) {
+        c->done_at[c->freed % c->nslots] = 0;
+        c->freed++;
+        adv = 1;
+    }
+    if (adv) {
+        atomic_store_explicit(&c->ctl->tail, c->freed, memory_order_release);
+        ring_bell(c, &c->ctl->tx_sleep);
+    }
+}
+
+static ring_result_t recv_progress(shm_conn *c, int *moved)
+{
+    ring_comm_t *comm = c->ctx->comm;
+    while (c->qh) {
+        shm_req *r = c->qh;
+        while (r->first || r->done < r->len) {
+            if (c->next == c->seen) {
+                c->seen = atomic_load_explicit(&c->ctl->head, memory_order_acquire);
+                if (c->next == c->seen) return RING_OK;
+            }
+            if (c->seen - c->freed > c->nslots)
+                return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: the queue from %s is corrupt (head %llu, tail %llu)",
+                                                c->desc, (unsigned long long)c->seen, (unsigned long long)c->freed);
+            uint32_t i = (uint32_t)(c->next % c->nslots);
+            slot_hdr h = c->ctl->slots[i];
+            if (h.seq != r->seq)
+                return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: message %u from %s arrived while %u was expected",
+                                                h.seq, c->desc, r->seq);
+            if (h.msg_len != r->len)
+                return c->failed = ring__seterr(comm, RING_ERR_MISMATCH,
+                                                "shm: message %u from %s is %llu bytes, this rank expected %zu "
+                                                "(ranks disagree on count, dtype or collective)",
+                                                r->seq, c->desc, (unsigned long long)h.msg_len, r->len);
+            if (h.off != r->done)
+                return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: message %u from %s: piece at %llu, expected %zu",
+                                                r->seq, c->desc, (unsigned long long)h.off, r->done);
+            size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
+            r->first = 0;
+            *moved = 1;
+            if (r->zc) {
+                r->slot = c->next++;
+                r->done = r->len;
+                break;
+            }
+            if (piece) memcpy(r->buf + r->done, c->data + (size_t)i * c->slot_bytes, piece);
+            r->done += piece;
+            free_slot(c, c->next++);
+        }
+        r->moved = 1;
+        pop(c);
+    }
+    return RING_OK;
+}
+
+static ring_result_t shm_progress(void *vc, int *moved)
+{
+    shm_conn *c = vc;
+    if (c->failed) return c->failed;
+    /* Awake and working: a doorbell for us would be a wasted system call on the other side. */
+    _Atomic uint32_t *mine = c->is_send ? &c->ctl->tx_sleep : &c->ctl->rx_sleep;
+    if (atomic_load_explicit(mine, memory_order_relaxed)) atomic_store_explicit(mine, 0, memory_order_relaxed);
+    return c->is_send ? send_progress(c, moved) : recv_progress(c, moved);
+}
+
+static ring_result_t shm_test(void *vr, int *done)
+{
+    shm_req *r = vr;
+    shm_conn *c = r->c;
+    *done = r->moved;
+    if (!r->moved) return c->failed;
+    if (!r->zc) {
+        r->next_free = c->free_reqs;
+        c->free_reqs = r;
+    }
+    return RING_OK;
+}
+
+static size_t shm_zc_max(void *vc)
+{
+    shm_conn *c = vc;
+    return c->is_send ? 0 : c->slot_bytes;
+}
+
+static const void *shm_zc_data(void *vr)
+{
+    shm_req *r = vr;
+    return r->c->data + (size_t)(r->slot % r->c->nslots) * r->c->slot_bytes;
+}
+
+static void shm_zc_release(void *vr)
+{
+    shm_req *r = vr;
+    shm_conn *c = r->c;
+    free_slot(c, r->slot);
+    r->next_free = c->free_reqs;
+    c->free_reqs = r;
+}
+
+/* Can a pending operation still complete if the peer is gone? */
+static int stuck(shm_conn *c)
+{
+    if (!c->qh) return 0;
+    if (c->is_send) return c->next - atomic_load_explicit(&c->ctl->tail, memory_order_acquire) >= c->nslots;
+    return c->next == atomic_load_explicit(&c->ctl->head, memory_order_acquire);
+}
+
+/* Read doorbells; notice an orderly close of the socket (the peer exited). */
+static void drain(shm_conn *c)
+{
+    char b[64];
+    for (;;) {
+        ssize_t n = recv(c->fd, b, sizeof b, MSG_DONTWAIT);
+        if (n > 0) continue;
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) c->peer_closed = 1;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) c->peer_closed = 1;
+        return;
+    }
+}
+
+static ring_result_t gone_check(shm_conn *c)
+{
+    if (c->failed) return c->failed;
+    if (c->peer_closed && stuck(c))
+        return fail_conn(c, RING_ERR_PEER,
+                         "shm: %s: %s closed its connection (the process exited or was killed?) with a message pending",
+                         c->is_send ? "sending" : "receiving");
+    return RING_OK;
+}
+
+static int shm_pollfds(void *vc, struct pollfd *fds, int max)
+{
+    shm_conn *c = vc;
+    if (max < 1) return 0;
+    drain(c);
+    if (gone_check(c) != RING_OK) return -1;
+    if (c->peer_closed) return 0;
+    if (c->qh) {
+        _Atomic uint32_t *flag = c->is_send ? &c->ctl->tx_sleep : &c->ctl->rx_sleep;
+        atomic_store_explicit(flag, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!stuck(c)) return -1;
+    }
+    fds[0] = (struct pollfd){.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    return 1;
+}
+
+static ring_result_t shm_check(void *vc)
+{
+    shm_conn *c = vc;
+    drain(c);
+    return gone_check(c);
+}
+
+static void shm_close(void *vc)
+{
+    shm_conn *c = vc;
+    if (!c) return;
+    if (c->fd >= 0) close(c->fd);
+    if (c->seg) munmap(c->seg, c->seg_bytes);
+    while (c->all_reqs) {
+        shm_req *n = c->all_reqs->next_all;
+        free(c->all_reqs);
+        c->all_reqs = n;
+    }
+    free(c->done_at);
+    free(c);
+}
+
+int ring__shm_sweep(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    unsigned me = (unsigned)geteuid();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        unsigned uid;
+        int pid;
+        if (sscanf(e->d_name, NAME_PREFIX "%u-%d-", &uid, &pid) != 2 || uid != me || pid <= 0) continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == me && unlink(path) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
+static ring_result_t no_listen(void *ctx, ring__tp_addr_t *addr, void **l)
+{
+    (void)addr;
+    (void)l;
+    shm_ctx *c = ctx;
+    return ring__seterr(c->comm, RING_ERR_INTERNAL, "shm: connections are upgrades of TCP ones, not listened for");
+}
+
+static ring_result_t no_connect(void *ctx, const ring__tp_addr_t *addr, int peer, void **s)
+{
+    (void)addr;
+    (void)peer;
+    (void)s;
+    shm_ctx *c = ctx;
+    return ring__seterr(c->comm, RING_ERR_INTERNAL, "shm: connections are upgrades of TCP ones");
+}
+
+const ring__transport_t ring__shm_transport = {
+    .name = "shm",
+    .init = shm_init,
+    .fini = shm_fini,
+    .listen = no_listen,
+    .connect = no_connect,
+    .isend = shm_isend,
+    .irecv = shm_irecv,
+    .progress = shm_progress,
+    .test = shm_test,
+    .pollfds = shm_pollfds,
+    .check = shm_check,
+    .close = shm_close,
+    .zc_max = shm_zc_max,
+    .zc_data = shm_zc_data,
+    .zc_release = shm_zc_release,
+    .upgrade = shm_upgrade,
+    .upgrade_pollfds = shm_upgrade_pollfds,
+};
