@@ -50,6 +50,8 @@ typedef struct {
     int deadline_s;
     int second_root; /* threads scenario: a second communicator needs its own root port */
     int kill_ok;     /* faults scenario: a rank that SIGKILLed itself (left kill.<r>) is fine */
+    const char *hosts; /* "a,b,a": RING_HOST_ID of rank 0, 1, 2 (stand-in host identities) */
+    int log_init;      /* RING_DEBUG=INFO for INIT into <outdir>/init.<rank> */
 } job_t;
 
 static int read_outfile(const char *dir, const char *name, char *buf, size_t len);
@@ -206,6 +208,17 @@ static void run_job_once(const job_t *job, job_result_t *res)
         if (tpv && !strcmp(tpv, "mix")) e[k++] = xasprintf("RING_TRANSPORT=%s", r % 3 == 2 ? "tcp" : "auto");
         else if (tpv && *tpv) e[k++] = xasprintf("RING_TRANSPORT=%s", tpv);
         if (algo && *algo) e[k++] = xasprintf("RING_ALGO=%s", algo);
+        if (job->hosts) {
+            const char *h = job->hosts;
+            for (int q = 0; q < r && h; q++) h = strchr(h, ',') ? strchr(h, ',') + 1 : NULL;
+            cr_assert(h && *h, "job hosts \"%s\" has no entry for rank %d", job->hosts, r);
+            e[k++] = xasprintf("RING_HOST_ID=%.*s", (int)strcspn(h, ","), h);
+        }
+        if (job->log_init) {
+            e[k++] = xasprintf("RING_DEBUG=INFO");
+            e[k++] = xasprintf("RING_DEBUG_SUBSYS=INIT");
+            e[k++] = xasprintf("RING_DEBUG_FILE=%s/init.%d", res->outdir, r);
+        }
         /* In sanitizer builds undefined behaviour in any rank must fail the test, not scroll
          * by (meson sets this itself; this covers running the binary by hand). */
         if (!getenv("UBSAN_OPTIONS")) e[k++] = xasprintf("UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1");
@@ -683,4 +696,62 @@ Test(shm, segments_of_dead_creators_are_swept, .timeout = MATRIX_DEADLINE + 60)
     unlink(live);
     cr_assert(!stale_left, "%s (creator pid %d is dead) was not swept", stale, (int)dead);
     cr_assert(live_left, "%s (creator pid %d is alive) was removed", live, (int)getpid());
+}
+
+/* ---- ring order: ranks of one host next to each other ---- */
+
+/* The line of an INIT log that starts with `key` (rest of the line in out); 0 if none. */
+static int log_line(const char *dir, int rank, const char *key, char *out, size_t len)
+{
+    char path[512], line[1024];
+    snprintf(path, sizeof path, "%s/init.%d", dir, rank);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, key);
+        if (!p) continue;
+        snprintf(out, len, "%s", p + strlen(key));
+        out[strcspn(out, "\n")] = '\0';
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Six ranks on three stand-in hosts, interleaved: every rank must log the same host-contiguous
+ * order, its neighbours must be the ones that order gives with shared memory inside a host and
+ * TCP between hosts, and every collective must still be right (reduce-scatter and all-gather
+ * map rank-owned blocks through the order). */
+Test(ring_order, ranks_of_a_host_are_contiguous_and_results_stay_right, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_TRANSPORT=auto", NULL};
+    job_t job = {.scenario = "matrix", .nranks = 6, .seed = seed_for(0x0de6), .env = env, .deadline_s = MATRIX_DEADLINE,
+                 .hosts = "a,b,a,b,c,a", .log_init = 1};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    /* order: host a = 0 2 5, host b = 1 3, host c = 4; edges a->a shm, a->b tcp, b->b shm ... */
+    static const char *const want_ready[6] = {
+        "left rank 4 (127.0.0.1:", "left rank 5 (127.0.0.1:", "left rank 0 (127.0.0.1:",
+        "left rank 1 (127.0.0.1:", "left rank 3 (127.0.0.1:", "left rank 2 (127.0.0.1:"};
+    static const char *const want_tp[6][2] = {{"tcp", "shm"}, {"tcp", "shm"}, {"shm", "shm"},
+                                              {"shm", "tcp"}, {"tcp", "tcp"}, {"shm", "tcp"}};
+    for (int r = 0; r < 6; r++) {
+        char order[512] = "", ready[512] = "";
+        int ho = log_line(res.outdir, r, "ring order: ", order, sizeof order);
+        int hr = log_line(res.outdir, r, "ring ready: ", ready, sizeof ready);
+        int ok = ho && hr && !strcmp(order, "0 2 5 | 1 3 | 4 (3 hosts)") && strstr(ready, want_ready[r]);
+        if (!ok) remove_outdir(res.outdir);
+        cr_assert(ho && hr, "rank %d logged no ring order / ring ready line", r);
+        cr_assert(!strcmp(order, "0 2 5 | 1 3 | 4 (3 hosts)"), "rank %d logged ring order \"%s\"", r, order);
+        cr_assert(strstr(ready, want_ready[r]), "rank %d: ring ready: %s (expected %s...)", r, ready, want_ready[r]);
+        char edges[64];
+        snprintf(edges, sizeof edges, "over %s, right", want_tp[r][0]);
+        cr_assert(strstr(ready, edges), "rank %d: left edge should be %s: %s", r, want_tp[r][0], ready);
+        snprintf(edges, sizeof edges, "over %s", want_tp[r][1]);
+        cr_assert(strstr(strstr(ready, ", right") ? strstr(ready, ", right") : ready, edges),
+                  "rank %d: right edge should be %s: %s", r, want_tp[r][1], ready);
+    }
+    remove_outdir(res.outdir);
 }

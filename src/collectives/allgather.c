@@ -1,5 +1,7 @@
 /*
  * Ring all-gather: recvbuf (N x sendcount elements) ends with rank s's sendbuf in segment s.
+ * Below, r is the ring position (comm->pos) and "segment x" is that of the rank at position x
+ * (comm->order[x]).
  *
  * Steps per round of chunks (partition.h), N-1 in all:
  *   step 0:        send own sendbuf to the right
@@ -15,10 +17,10 @@
 static void ag_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)
 {
     size_t j, off, n;
-    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    int k, c, r = s->comm->pos, nr = s->comm->nranks;
     (void)slot_of;
     ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
-    int seg = ring__mod(r - k, nr);
+    int seg = s->comm->order[ring__mod(r - k, nr)];
     ring__layout_chunk(&s->layout, j, seg, c, &off, &n);
     *len = n * s->esize;
     if (k == 0) {
@@ -32,11 +34,11 @@ static void ag_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, s
 static void ag_recv(ring__sched_t *s, size_t i, void **buf, size_t *len, size_t *guard, int *keep)
 {
     size_t j, off, n;
-    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    int k, c, r = s->comm->pos, nr = s->comm->nranks;
     (void)guard;
     (void)keep;
     ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
-    ring__layout_chunk(&s->layout, j, ring__mod(r - k - 1, nr), c, &off, &n);
+    ring__layout_chunk(&s->layout, j, s->comm->order[ring__mod(r - k - 1, nr)], c, &off, &n);
     *len = n * s->esize;
     *buf = (char *)s->op->recvbuf + off * s->esize;
 }

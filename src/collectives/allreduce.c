@@ -1,8 +1,8 @@
 /*
  * Ring allreduce = ring reduce-scatter followed by ring all-gather (bandwidth-optimal).
  *
- * The buffer of S bytes is N balanced segments; rank r does, for every round of chunks
- * (partition.h), 2(N-1) steps:
+ * The buffer of S bytes is N balanced segments; the rank at ring position r (comm->pos) does,
+ * for every round of chunks (partition.h), 2(N-1) steps:
  *   step 0:            send own segment r (from sendbuf) to the right
  *   step k=1..N-2:     receive segment r-k from the left into a scratch slot,
  *                      recvbuf[seg r-k] = slot + sendbuf[seg r-k]   (on receipt of step k-1),
@@ -22,15 +22,17 @@
 #include "engine.h"
 #include "reduce.h"
 
+/* Segment numbers follow ring positions (comm->pos), not ranks: every segment is reduced by
+ * exactly one position and copied to all, whatever the order. */
 static int seg_sent(const ring__sched_t *s, int k)
 {
-    int r = s->comm->rank, n = s->comm->nranks;
+    int r = s->comm->pos, n = s->comm->nranks;
     return k <= n - 2 ? ring__mod(r - k, n) : ring__mod(r + 1 - (k - (n - 1)), n);
 }
 
 static int seg_recv(const ring__sched_t *s, int k)
 {
-    int r = s->comm->rank, n = s->comm->nranks;
+    int r = s->comm->pos, n = s->comm->nranks;
     return k <= n - 2 ? ring__mod(r - k - 1, n) : ring__mod(r - (k - (n - 1)), n);
 }
 

@@ -42,9 +42,10 @@ ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op)
     /* One segment, one step per round, one lane: message i is simply chunk i of the buffer. */
     ring__sched_init(&s, comm, op, 1, 0, 1, 1);
     size_t nmsg = s.nsend;
-    int r = comm->rank, last = ring__mod(op->root - 1, comm->nranks);
-    s.nsend = r == last ? 0 : nmsg;
-    s.nrecv = r == op->root ? 0 : nmsg;
+    /* The chain runs along ring positions from the root's to the one before it. */
+    int last = ring__mod(comm->pos_of[op->root] - 1, comm->nranks);
+    s.nsend = comm->pos == last ? 0 : nmsg;
+    s.nrecv = comm->rank == op->root ? 0 : nmsg;
     s.send_msg = bc_send;
     s.recv_msg = bc_recv;
     s.recv_done = bc_done;

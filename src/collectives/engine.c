@@ -28,6 +28,7 @@
 #include "log.h"
 #include "p2p.h"
 #include "wire.h"
+#include "topo.h"
 #include "transport.h"
 #include "watch.h"
 
@@ -132,14 +133,17 @@ static ring_result_t ensure_state(ring_comm_t *comm, int depth)
 ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes)
 {
     if (comm->scratch_bytes >= bytes) return RING_OK;
-    free(comm->scratch);
+    ring__topo_free_mem(comm->scratch, comm->scratch_bytes);
     comm->scratch = NULL;
     comm->scratch_bytes = 0;
     size_t rounded = (bytes + 4095) & ~(size_t)4095;
-    comm->scratch = aligned_alloc(4096, rounded);
+    char why[256];
+    /* On the NUMA node of the device in use (the plan), before the first touch. */
+    comm->scratch = ring__topo_alloc(comm->topo, comm->plan, rounded, why, sizeof why);
     if (!comm->scratch)
-        return ring__seterr(comm, RING_ERR_NOMEM, "cannot allocate %zu bytes of scratch for the ring pipeline", rounded);
+        return ring__seterr(comm, RING_ERR_NOMEM, "cannot allocate %zu bytes of scratch for the ring pipeline: %s", rounded, why);
     comm->scratch_bytes = rounded;
+    RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "scratch: %zu bytes, %s", rounded, why);
     return RING_OK;
 }
 

@@ -1,6 +1,7 @@
 /*
  * Ring reduce-scatter: rank r ends with the reduction of segment r (recvcount elements) of
- * every rank's sendbuf.
+ * every rank's sendbuf. Below, r is the ring position (comm->pos) and "segment x" is the
+ * segment of the rank at position x (comm->order[x]), so each rank still ends with its own.
  *
  * Steps per round of chunks (partition.h), N-1 in all:
  *   step 0:        send sendbuf[seg r-1] to the right
@@ -19,9 +20,9 @@
 static void rs_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)
 {
     size_t j, off, n;
-    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    int k, c, r = s->comm->pos, nr = s->comm->nranks;
     ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
-    ring__layout_chunk(&s->layout, j, ring__mod(r - k - 1, nr), c, &off, &n);
+    ring__layout_chunk(&s->layout, j, s->comm->order[ring__mod(r - k - 1, nr)], c, &off, &n);
     *len = n * s->esize;
     if (k == 0) {
         *buf = (const char *)s->op->sendbuf + off * s->esize;
@@ -34,10 +35,10 @@ static void rs_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, s
 static void rs_recv(ring__sched_t *s, size_t i, void **buf, size_t *len, size_t *guard, int *keep)
 {
     size_t j, off, n;
-    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    int k, c, r = s->comm->pos, nr = s->comm->nranks;
     (void)guard;
     ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
-    ring__layout_chunk(&s->layout, j, ring__mod(r - k - 2, nr), c, &off, &n);
+    ring__layout_chunk(&s->layout, j, s->comm->order[ring__mod(r - k - 2, nr)], c, &off, &n);
     *len = n * s->esize;
     *buf = NULL;
     *keep = k < nr - 2;
@@ -46,9 +47,9 @@ static void rs_recv(ring__sched_t *s, size_t i, void **buf, size_t *len, size_t 
 static void rs_done(ring__sched_t *s, size_t i, void *slot)
 {
     size_t j, off, n;
-    int k, c, r = s->comm->rank, nr = s->comm->nranks;
+    int k, c, r = s->comm->pos, nr = s->comm->nranks;
     ring__layout_msg_coords(&s->layout, s->nsteps, i, &j, &k, &c);
-    int seg = ring__mod(r - k - 2, nr);
+    int seg = s->comm->order[ring__mod(r - k - 2, nr)];
     ring__layout_chunk(&s->layout, j, seg, c, &off, &n);
     const char *own = (const char *)s->op->sendbuf + off * s->esize;
     if (k < nr - 2) {

@@ -7,7 +7,10 @@
  * latency); otherwise it queues behind the others and waits. `busy` serialises the two, so
  * exactly one operation drives the connections at any time.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,7 @@
 #include "net.h"
 #include "p2p.h"
 #include "param.h"
+#include "topo.h"
 #include "transport.h"
 #include "watch.h"
 
@@ -55,6 +59,12 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
 static void *progress_main(void *arg)
 {
     ring_comm_t *comm = arg;
+    if (comm->plan) {
+        char why[320];
+        int b = ring__topo_bind_thread(comm->topo, comm->plan, NULL, why, sizeof why);
+        if (b != 0 || comm->plan->bind)
+            RING_LOG(b < 0 ? RING_LOG_WARN : RING_LOG_INFO, RING_SUB_INIT, comm->rank, "progress thread: %s", why);
+    }
     pthread_mutex_lock(&comm->mu);
     for (;;) {
         while (!comm->shutdown && (!comm->qhead || comm->busy)) pthread_cond_wait(&comm->cv_work, &comm->mu);
@@ -167,6 +177,9 @@ static void release_network(ring_comm_t *comm)
     free(comm->conn_send);
     free(comm->conn_recv);
     free(comm->peers);
+    free(comm->order);
+    free(comm->pos_of);
+    comm->order = comm->pos_of = NULL;
     comm->conn_send = comm->conn_recv = NULL;
     comm->peers = NULL;
     comm->send_right = comm->recv_left = comm->tp_ctx = comm->lcomm = NULL;
@@ -217,11 +230,74 @@ static int live_remove(ring_comm_t *comm)
  * and must agree). */
 static int all_shm(const ring_comm_t *comm)
 {
-    for (int r = 0; r < comm->nranks; r++) {
-        const ring__peer_info_t *a = &comm->peers[r], *b = &comm->peers[(r + 1) % comm->nranks];
-        if (!(a->flags & b->flags & RING__PEER_SHM) || strcmp(a->host, b->host) || strcmp(a->bootid, b->bootid)) return 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const ring__peer_info_t *a = &comm->peers[comm->order[p]], *b = &comm->peers[comm->order[(p + 1) % comm->nranks]];
+        if (!(a->flags & b->flags & RING__PEER_SHM) || !ring__topo_same_host(a, b)) return 0;
     }
     return 1;
+}
+
+/* The interface the plan chose (the NIC closest to the rank's GPU or cores) if it can carry
+ * the job: an address of the root's family on a subnet that holds the root. Otherwise (a
+ * management NIC, another rail) the route to the root stays, and the log says why. */
+static int planned_if(const char *name, const ring__sockaddr_t *root, ring__sockaddr_t *out, char *why, size_t len)
+{
+    struct ifaddrs *ifa = NULL;
+    int ok = 0;
+    if (root->ss.ss_family != AF_INET || getifaddrs(&ifa) != 0) {
+        snprintf(why, len, "only IPv4 roots are matched to an interface's subnet");
+        return 0;
+    }
+    uint32_t r = ntohl(((const struct sockaddr_in *)&root->ss)->sin_addr.s_addr);
+    snprintf(why, len, "%s has no IPv4 address on the root's subnet", name);
+    for (struct ifaddrs *i = ifa; i && !ok; i = i->ifa_next) {
+        if (!i->ifa_addr || !i->ifa_netmask || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+            strcmp(i->ifa_name, name))
+            continue;
+        uint32_t a = ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
+        uint32_t m = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
+        if ((a & m) != (r & m)) continue;
+        memset(out, 0, sizeof *out);
+        memcpy(&out->ss, i->ifa_addr, sizeof(struct sockaddr_in));
+        out->len = sizeof(struct sockaddr_in);
+        ring__addr_set_port(out, 0);
+        ok = 1;
+    }
+    freeifaddrs(ifa);
+    return ok;
+}
+
+/* Read the machine (once per process) and decide where this rank's buffers, progress thread
+ * and traffic go; every decision is logged with its reason. A RING_TOPO_FILE that cannot be
+ * read is the user's error; a machine hwloc cannot read only costs the placement. */
+static ring_result_t plan_placement(ring_comm_t *comm)
+{
+    ring_result_t rc;
+    ring__topo_req_t req;
+    const ring__topo_t *topo = NULL;
+    rc = ring__topo_get(comm, &topo);
+    if (rc != RING_OK) {
+        const char *f = getenv("RING_TOPO_FILE");
+        if (f && *f) return rc;
+        RING_LOG(RING_LOG_WARN, RING_SUB_INIT, comm->rank, "topology: %s; no placement", comm->errmsg);
+        topo = NULL;
+    }
+    comm->topo = topo;
+    comm->plan = calloc(1, sizeof *comm->plan);
+    if (!comm->plan) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+    RING_CHECK(ring__topo_req_init(comm, topo, &req));
+    req.nic_spec = comm->params.ifname[0] ? comm->params.ifname : NULL;
+    const char *src = ring__topo_env_local_rank(&req.local_rank, &req.nlocal);
+    RING_CHECK(ring__topo_plan(comm, topo, &req, comm->plan));
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: local rank %d of %d (%s)", req.local_rank, req.nlocal,
+             src ? src : "no launcher variables");
+    for (const char *l = comm->plan->text; *l;) {
+        size_t n = strcspn(l, "\n");
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: %.*s", (int)n, l);
+        l += n + (l[n] == '\n');
+    }
+fail:
+    return rc;
 }
 
 static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
@@ -235,7 +311,19 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     int n = comm->nranks;
 
     RING_CHECK(ring__addr_resolve(comm, root_addr, &root));
-    RING_CHECK(ring__local_addr(comm, comm->params.ifname, &root, &local, ifname, sizeof ifname));
+    RING_CHECK(plan_placement(comm));
+    {
+        const ring__topo_plan_t *pl = comm->plan;
+        char why[160];
+        int use = !comm->params.ifname[0] && pl->nic >= 0 && !pl->nic_forced && comm->topo && !comm->topo->from_file &&
+                  comm->topo->devs[pl->nic].kind == RING__TOPO_NET;
+        if (use && planned_if(pl->nic_name, &root, &local, why, sizeof why)) {
+            snprintf(ifname, sizeof ifname, "%s", pl->nic_name);
+        } else {
+            if (use) RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: keeping the route to the root: %s", why);
+            RING_CHECK(ring__local_addr(comm, comm->params.ifname, &root, &local, ifname, sizeof ifname));
+        }
+    }
     memcpy(&comm->data_addr, &local.ss, local.len);
     comm->data_addr_len = local.len;
     comm->tp = tp;
@@ -243,6 +331,12 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     memset(&mine, 0, sizeof mine);
     RING_CHECK(tp->listen(comm->tp_ctx, &mine.addr, &comm->lcomm));
     ring__host_identity(&mine);
+    if (comm->params.host_id[0]) {
+        /* Stand-in host identity (RING_HOST_ID): tests of ring order, and containers that
+         * share a kernel (so a boot id) and a host name but not their shared memory. */
+        snprintf(mine.host, sizeof mine.host, "%s", comm->params.host_id);
+        snprintf(mine.bootid, sizeof mine.bootid, "RING_HOST_ID");
+    }
     if (comm->params.transport != RING__TP_TCP) {
         RING_CHECK(ring__shm_transport.init(comm, &comm->shm_ctx));
         mine.flags |= RING__PEER_SHM;
@@ -273,8 +367,24 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     }
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
 
-    comm->left = ring__mod_int(comm->rank - 1, n);
-    comm->right = ring__mod_int(comm->rank + 1, n);
+    /* Ranks of one host side by side: the ring crosses the network once per host. */
+    comm->order = malloc((size_t)n * sizeof *comm->order);
+    comm->pos_of = malloc((size_t)n * sizeof *comm->pos_of);
+    if (!comm->order || !comm->pos_of) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    {
+        int nhosts = 0;
+        char line[512];
+        RING_CHECK(ring__topo_ring_order(comm, comm->peers, n, comm->order, &nhosts));
+        for (int p = 0; p < n; p++) comm->pos_of[comm->order[p]] = p;
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring order: %s",
+                 ring__topo_order_str(comm->peers, comm->order, n, line, sizeof line));
+    }
+    comm->pos = comm->pos_of[comm->rank];
+    comm->left = comm->order[ring__mod_int(comm->pos - 1, n)];
+    comm->right = comm->order[ring__mod_int(comm->pos + 1, n)];
     comm->all_shm = all_shm(comm);
     ring__peer_desc(comm, comm->left, comm->peer_desc[0], sizeof comm->peer_desc[0]);
     ring__peer_desc(comm, comm->right, comm->peer_desc[1], sizeof comm->peer_desc[1]);
@@ -420,8 +530,9 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
         free(comm->live);
         comm->live = n;
     }
-    free(comm->scratch);
+    ring__topo_free_mem(comm->scratch, comm->scratch_bytes);
     free(comm->engine_mem);
+    free(comm->plan);
     if (comm->wake_fd >= 0) close(comm->wake_fd);
     pthread_cond_destroy(&comm->cv_work);
     pthread_cond_destroy(&comm->cv_done);

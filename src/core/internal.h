@@ -87,6 +87,7 @@ typedef struct ring__params {
     size_t tree_max_bytes; /* auto: binomial-tree broadcast up to this many bytes (RING_TREE_MAX_BYTES) */
     int transport;        /* RING__TP_*: RING_TRANSPORT */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
+    char host_id[64];     /* RING_HOST_ID: stands in for host name and boot id, "" = the real ones */
     uint8_t secret[16];
     int secret_set;
     char ifname[128];
@@ -142,10 +143,21 @@ struct ring_comm {
     void *tp_ctx;
     void *lcomm;
     void *shm_ctx; /* shared-memory transport (shm.c); connections to same-host peers upgrade to it */
+    /* Topology (src/topo): the process's view of the machine (NULL if unreadable) and this
+     * communicator's placement (NULL with one rank): NIC, NUMA node of buffers, progress
+     * thread CPUs. */
+    const struct ring__topo *topo;
+    struct ring__topo_plan *plan;
     int all_shm;   /* every ring edge is shared memory: the same answer on every rank (algorithm defaults) */
     void **conn_send, **conn_recv; /* by rank, NULL where not connected */
     void *send_right; /* = conn_send[right] */
     void *recv_left;  /* = conn_recv[left] */
+    /* The ring visits ranks in order[0..n): ranks of one host next to each other (topology),
+     * the same on every rank. pos = this rank's place; left/right are order[pos -/+ 1]. The
+     * ring algorithms work on positions; rank-owned data (reduce-scatter results, all-gather
+     * blocks, the broadcast root) is mapped through order[] and pos_of[]. */
+    int *order, *pos_of;
+    int pos;
     int left, right;
     char peer_desc[2][160]; /* "rank 3 (10.0.0.4:40123)" for left [0] and right [1] */
 

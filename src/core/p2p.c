@@ -21,6 +21,7 @@
 #include "bootstrap.h"
 #include "log.h"
 #include "p2p.h"
+#include "topo.h"
 #include "transport.h"
 #include "watch.h"
 
@@ -59,8 +60,8 @@ static void engine_release(ring_comm_t *comm)
 /* Same host (name and boot id) and both sides take shared memory: upgrade the TCP connection. */
 static int want_shm(const ring_comm_t *comm, int p)
 {
-    const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[p];
-    return comm->shm_ctx && (b->flags & RING__PEER_SHM) && !strcmp(a->host, b->host) && !strcmp(a->bootid, b->bootid);
+    return comm->shm_ctx && (comm->peers[p].flags & RING__PEER_SHM) &&
+           ring__topo_same_host(&comm->peers[comm->rank], &comm->peers[p]);
 }
 
 /* RING_TRANSPORT=shm on this rank: a peer that cannot be reached through shared memory is a
@@ -254,8 +255,11 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
             int isblocked = 0;
             for (int k = 0; k < nblocked; k++) isblocked |= blocked[k] == c;
             if (isblocked) continue;
-            if (o->is_send) RING_CHECK(ring__tp_of(c)->isend(c, o->buf, o->len, NULL, &st[i].req));
-            else RING_CHECK(ring__tp_of(c)->irecv(c, o->buf, o->len, NULL, &st[i].req));
+            /* An empty receive may come without a buffer, but to a transport a NULL buffer asks
+             * for a zero-copy receive, which p2p never releases: give it a harmless address. */
+            void *buf = o->buf ? o->buf : (void *)&st[i];
+            if (o->is_send) RING_CHECK(ring__tp_of(c)->isend(c, buf, o->len, NULL, &st[i].req));
+            else RING_CHECK(ring__tp_of(c)->irecv(c, buf, o->len, NULL, &st[i].req));
             if (!st[i].req) {
                 blocked[nblocked++] = c;
                 continue;

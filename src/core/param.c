@@ -198,6 +198,13 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
         else if (strcmp(tpn, "auto") != 0)
             return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_TRANSPORT=\"%s\": expected auto, tcp or shm", tpn);
     }
+    const char *hid = getenv("RING_HOST_ID");
+    if (hid && *hid) {
+        if (strlen(hid) >= sizeof p->host_id)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_HOST_ID=\"%s\": at most %zu characters", hid,
+                                sizeof p->host_id - 1);
+        snprintf(p->host_id, sizeof p->host_id, "%s", hid);
+    }
     const char *sd = getenv("RING_SHM_DIR");
     if (sd && *sd) {
         if (sd[0] != '/' || strlen(sd) >= sizeof p->shm_dir - 64)
