@@ -66,7 +66,7 @@ void ring__addr_set_port(ring__sockaddr_t *a, int port)
 
 /* One NCCL-style interface filter: a comma list of prefixes, "=" for exact names, "^" to
  * exclude instead of include. */
-static int if_match(const char *spec, const char *name)
+int ring__name_match(const char *spec, const char *name, int hca_ports)
 {
     int exclude = spec[0] == '^';
     if (exclude) spec++;
@@ -75,7 +75,11 @@ static int if_match(const char *spec, const char *name)
     int hit = 0;
     while (*spec && !hit) {
         size_t n = strcspn(spec, ",");
-        hit = exact ? (strlen(name) == n && !strncmp(name, spec, n)) : !strncmp(name, spec, n);
+        /* "mlx5_0:1": the port is the transport's business, the device is ours. Interface
+         * names keep their colon (old-style aliases are called eth0:1). */
+        const char *colon = hca_ports ? memchr(spec, ':', n) : NULL;
+        size_t m = colon ? (size_t)(colon - spec) : n;
+        hit = exact ? (strlen(name) == m && !strncmp(name, spec, m)) : (m > 0 && !strncmp(name, spec, m));
         spec += n;
         if (*spec == ',') spec++;
     }
@@ -98,7 +102,7 @@ ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring
                 int fam = i->ifa_addr->sa_family;
                 if (fam != AF_INET && fam != AF_INET6) continue;
                 if (pass == 0 && fam != toward->ss.ss_family) continue;
-                if (!if_match(ifname, i->ifa_name)) continue;
+                if (!ring__name_match(ifname, i->ifa_name, 0)) continue;
                 out->len = fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
                 memcpy(&out->ss, i->ifa_addr, out->len);
                 snprintf(ifout, ifoutlen, "%s", i->ifa_name);

@@ -48,4 +48,9 @@ int ring__io_full(int fd, void *buf, size_t len, int writing, int64_t deadline_n
 /* Constant-time comparison, so that probing the secret byte by byte learns nothing. */
 int ring__secret_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
+/* NCCL-style device filter (RING_SOCKET_IFNAME, RING_IB_HCA): comma list of name prefixes,
+ * "=" first for exact names, "^" first to exclude. hca_ports: an entry may end in ":port",
+ * which is ignored for the match. */
+int ring__name_match(const char *spec, const char *name, int hca_ports);
+
 #endif

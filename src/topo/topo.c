@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "param.h"
+#include "net.h"
 #include "topo.h"
 #include "topo_hw.h"
 
@@ -340,24 +341,7 @@ int ring__topo_busid_canon(const char *in, char out[20])
     return 0;
 }
 
-int ring__topo_name_match(const char *spec, const char *name)
-{
-    int exclude = spec[0] == '^';
-    if (exclude) spec++;
-    int exact = spec[0] == '=';
-    if (exact) spec++;
-    int hit = 0;
-    while (*spec && !hit) {
-        size_t n = strcspn(spec, ",");
-        /* "mlx5_0:1": the port is the transport's business, the device is ours. */
-        const char *colon = memchr(spec, ':', n);
-        size_t m = colon ? (size_t)(colon - spec) : n;
-        hit = exact ? (strlen(name) == m && !strncmp(name, spec, m)) : (m > 0 && !strncmp(name, spec, m));
-        spec += n;
-        if (*spec == ',') spec++;
-    }
-    return exclude ? !hit : hit;
-}
+int ring__topo_name_match(const char *spec, const char *name) { return ring__name_match(spec, name, 1); }
 
 ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring__topo_req_t *req)
 {
