@@ -3,10 +3,13 @@
 # Open MPI with its defaults (shared memory), same sizes, one table joined by size.
 #
 #   perf/compare/compare.sh [-n NRANKS] [-b MIN] [-e MAX] [-f F] [--build DIR]
-#                           [--iters N] [--warmup N] [--check 0|1]
+#                           [--iters N] [--warmup N] [--check 0|1] [--repeat R]
 #                           [--netns [--rate R | --no-shape] [--mtu M] [--timeout SEC]]
 #
-# Sizes accept K/M/G suffixes (powers of 1024). Needs DIR/tools/ringrun, DIR/perf/ring_perf and
+# Sizes accept K/M/G suffixes (powers of 1024). --repeat R runs every library R times,
+# interleaved (ring, TCP, default, ring, ...), and reports per size the median of the R runs'
+# times, with the spread (min-max) of ringcomm and Open MPI default: oversubscribed runs vary
+# from run to run more than the libraries differ. Needs DIR/tools/ringrun, DIR/perf/ring_perf and
 # DIR/perf/mpi_allreduce (built by meson when it finds MPI) and mpirun on PATH.
 # --netns (root): one rank per network namespace on the rate-limited bed of perf/netns/
 # (default 1gbit each way), ringcomm then Open MPI ob1/tcp on the same bed; no shared-memory run.
@@ -20,6 +23,7 @@ BUILD=build
 ITERS=20
 WARMUP=5
 CHECK=1
+REPEAT=1
 
 NETNS=0
 RATE=1gbit
@@ -43,6 +47,7 @@ while [[ $# -gt 0 ]]; do
         --iters) need_arg "$@"; ITERS=$2; shift 2 ;;
         --warmup) need_arg "$@"; WARMUP=$2; shift 2 ;;
         --check) need_arg "$@"; CHECK=$2; shift 2 ;;
+        --repeat) need_arg "$@"; REPEAT=$2; shift 2 ;;
         --netns) NETNS=1; shift ;;
         --rate) need_arg "$@"; RATE=$2; shift 2 ;;
         --no-shape) RATE=""; shift ;;
@@ -55,6 +60,7 @@ done
 
 [[ $NRANKS =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: -n must be a positive integer" >&2; exit 2; }
 [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --timeout must be a positive number of seconds" >&2; exit 2; }
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --repeat must be a positive integer" >&2; exit 2; }
 
 RINGRUN=$BUILD/tools/ringrun
 RING_PERF=$BUILD/perf/ring_perf
@@ -121,8 +127,10 @@ for v in RING_NSOCKS RING_CHUNK_BYTES RING_PIPELINE_DEPTH RING_SOCKBUF_BYTES; do
 done
 echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
 fi
+((REPEAT > 1)) && echo "# repeat: $REPEAT runs of each, interleaved; time = median of the runs, range = min-max over the runs"
 
 status=0
+rep=0
 run() { # name outfile cmd...
     local name=$1 out=$2
     shift 2
@@ -140,27 +148,40 @@ run() { # name outfile cmd...
         sed 's/^/#   /' "$out.err" | tail -n 40 >&2
         status=1
     fi
-    # ringrun prefixes lines with "[rank] "; keep only the CSV rows of rank 0.
-    sed -E 's/^\[[0-9]+\] //' "$out.raw" | grep -E '^allreduce,' >"$out" || true
+    # ringrun prefixes lines with "[rank] "; keep only the CSV rows of rank 0 (appended: with
+    # --repeat the file holds every run).
+    sed -E 's/^\[[0-9]+\] //' "$out.raw" | grep -E '^allreduce,' >>"$out" || true
+    ((rep == 0)) || return 0 # the library's version line once
     grep -h -E '^(\[[0-9]+\] )?# (ringcomm|Open MPI)' "$out.err" "$out.raw" 2>/dev/null \
         | sed -E 's/^\[[0-9]+\] //; s/^# /# '"$name"': /' | head -n 1 || true
 }
 
-run ringcomm "$TMP/ring.csv" "${CMD_RING[@]}"
-run OMPI-TCP "$TMP/tcp.csv" "${CMD_TCP[@]}"
-if ((NETNS)); then
-    : >"$TMP/def.csv" # no shared memory between hosts
-else
-    run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
-fi
+: >"$TMP/ring.csv"
+: >"$TMP/tcp.csv"
+: >"$TMP/def.csv" # stays empty with --netns: no shared memory between hosts
+for ((rep = 0; rep < REPEAT; rep++)); do
+    run ringcomm "$TMP/ring.csv" "${CMD_RING[@]}"
+    run OMPI-TCP "$TMP/tcp.csv" "${CMD_TCP[@]}"
+    ((NETNS)) || run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
+done
 
 # CSV columns: collective,nranks,size,count,type,redop,root,inplace,time_us,algbw,busbw,wrong
 # (read by position; columns after the 12th are ignored). --netns: no OMPI-def column, and
 # busbw / link rate columns when the links are shaped.
-awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" '
-    FILENAME ~ /ring\.csv$/ { r_bw[$3] = $11; r_t[$3] = $9; r_w[$3] = $12; sizes[$3] = 1 }
-    FILENAME ~ /tcp\.csv$/  { t_bw[$3] = $11; t_t[$3] = $9; t_w[$3] = $12; sizes[$3] = 1 }
-    FILENAME ~ /def\.csv$/  { d_bw[$3] = $11; d_t[$3] = $9; d_w[$3] = $12; sizes[$3] = 1 }
+awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$REPEAT" '
+    # Every run of a library adds one time per size; the table shows their median, and busbw
+    # is recomputed from it (bytes/time * 2(n-1)/n).
+    function add(tl, nt, w, s) { tl[s, nt[s]++] = $9; w[s] += ($12 > 0 ? $12 : 0); sizes[s] = 1 }
+    FILENAME ~ /ring\.csv$/ { add(r_tl, r_n, r_w, $3) }
+    FILENAME ~ /tcp\.csv$/  { add(t_tl, t_n, t_w, $3) }
+    FILENAME ~ /def\.csv$/  { add(d_tl, d_n, d_w, $3) }
+    function median(tl, nt, s, out,    i, j, v, k, a) {
+        k = nt[s]
+        for (i = 0; i < k; i++) a[i] = tl[s, i] + 0
+        for (i = 1; i < k; i++) { v = a[i]; j = i - 1; while (j >= 0 && a[j] > v) { a[j + 1] = a[j]; j-- } a[j + 1] = v }
+        out["min"] = a[0]; out["max"] = a[k - 1]
+        return k % 2 ? a[(k - 1) / 2] : (a[k / 2 - 1] + a[k / 2]) / 2
+    }
     function f(a, k, fmt) { return (k in a) ? sprintf(fmt, a[k]) : "-" }
     function fl(a, k) { return (k in a) ? sprintf("%.3f", a[k] / link) : "-" }
     END {
@@ -171,10 +192,19 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" '
             if (link != "") printf("  %10s  %10s", "busbw/link", "busbw/link")
             printf("\n")
         } else {
-        printf("#\n# %10s  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", "size", "ringcomm", "OMPI-TCP", "OMPI-def",
-               "ring/TCP", "ringcomm", "OMPI-TCP", "OMPI-def")
-        printf("# %10s  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", "(B)", "busbw GB/s", "busbw GB/s", "busbw GB/s",
-               "busbw", "time (us)", "time (us)", "time (us)")
+        printf("#\n# %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", "size", "ringcomm", "OMPI-TCP", "OMPI-def",
+               "ring/TCP", "ring/def", "ringcomm", "OMPI-TCP", "OMPI-def")
+        if (rep > 1) printf("  %19s  %19s", "ringcomm range", "OMPI-def range")
+        printf("\n# %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", "(B)", "busbw GB/s", "busbw GB/s", "busbw GB/s",
+               "busbw", "busbw", "time (us)", "time (us)", "time (us)")
+        if (rep > 1) printf("  %19s  %19s", "time (us)", "time (us)")
+        printf("\n")
+        }
+        for (s in sizes) {
+            fac = nranks > 1 ? 2 * (nranks - 1) / nranks : 0
+            if (s in r_n) { r_t[s] = median(r_tl, r_n, s, mm); r_lo[s] = mm["min"]; r_hi[s] = mm["max"]; r_bw[s] = r_t[s] > 0 ? s / r_t[s] / 1e3 * fac : 0 }
+            if (s in t_n) { t_t[s] = median(t_tl, t_n, s, mm); t_bw[s] = t_t[s] > 0 ? s / t_t[s] / 1e3 * fac : 0 }
+            if (s in d_n) { d_t[s] = median(d_tl, d_n, s, mm); d_lo[s] = mm["min"]; d_hi[s] = mm["max"]; d_bw[s] = d_t[s] > 0 ? s / d_t[s] / 1e3 * fac : 0 }
         }
         n = 0
         for (s in sizes) list[n++] = s + 0
@@ -190,9 +220,15 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" '
                        f(r_t, s, "%.2f"), f(t_t, s, "%.2f"))
                 if (link != "") printf("  %10s  %10s", fl(r_bw, s), fl(t_bw, s))
                 printf("\n")
-            } else
-            printf("  %10d  %10s  %10s  %10s  %9s  %11s  %11s  %11s\n", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
-                   f(d_bw, s, "%.3f"), ratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
+            } else {
+            dratio = ((s in r_t) && (s in d_t) && r_t[s] > 0) ? sprintf("%.2f", d_t[s] / r_t[s]) : "-"
+            printf("  %10d  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
+                   f(d_bw, s, "%.3f"), ratio, dratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
+            if (rep > 1)
+                printf("  %19s  %19s", (s in r_lo) ? sprintf("%.1f-%.1f", r_lo[s], r_hi[s]) : "-",
+                       (s in d_lo) ? sprintf("%.1f-%.1f", d_lo[s], d_hi[s]) : "-")
+            printf("\n")
+            }
             if ((s in r_w) && r_w[s] > 0) wrong += r_w[s]
             if ((s in t_w) && t_w[s] > 0) wrong += t_w[s]
             if ((s in d_w) && d_w[s] > 0) wrong += d_w[s]
