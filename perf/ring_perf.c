@@ -195,7 +195,7 @@ static pc_algo_t lib_algo(pc_coll_t c, size_t bytes)
                       : c == PC_COLL_BROADCAST ? RING__COLL_BROADCAST
                                                : RING__COLL_ALLGATHER;
     int a = ring__algo_for(g_comm, lc, bytes);
-    return a == RING__ALGO_RD ? PC_ALGO_RD : a == RING__ALGO_TREE ? PC_ALGO_TREE : PC_ALGO_RING;
+    return a == RING__ALGO_RD ? PC_ALGO_RD : a == RING__ALGO_TREE ? PC_ALGO_TREE : a == RING__ALGO_RH ? PC_ALGO_RH : PC_ALGO_RING;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -545,10 +545,11 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
     if (o->pc.algos & PC_ALGO_BIT(PC_ALGO_RING)) {
         /* Which of the library's algorithms the rows can show, and each one's model. */
         const ring__params_t *p = &g_comm->params;
-        int ring = 1, rd = 0, tree = 0;
+        int ring = 1, rd = 0, tree = 0, rh = 0;
         if (o->coll == PC_COLL_ALLREDUCE) {
-            ring = p->algo != RING__ALGO_RD;
-            rd = p->algo != RING__ALGO_RING;
+            ring = p->algo == RING__ALGO_AUTO || p->algo == RING__ALGO_RING;
+            rd = p->algo == RING__ALGO_AUTO || p->algo == RING__ALGO_RD;
+            rh = p->algo == RING__ALGO_AUTO || p->algo == RING__ALGO_RH;
         } else if (o->coll == PC_COLL_BARRIER) {
             ring = p->algo == RING__ALGO_RING;
             rd = !ring;
@@ -557,15 +558,17 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             ring = p->algo != RING__ALGO_RD;
         }
         if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO)
-            fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, ring above (RING_ALGO, "
-                       "RING_RD_MAX_BYTES%s)\n",
-                    ring__rd_max_bytes(g_comm), p->rd_max_set ? "" : g_comm->all_shm ? ": shared-memory default" : ": TCP default");
+            fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, rh (recursive halving) up to %zu B, ring above "
+                       "(RING_ALGO, RING_RD_MAX_BYTES%s, RING_RH_MAX_BYTES)\n",
+                    ring__rd_max_bytes(g_comm), ring__rh_max_bytes(g_comm),
+                    p->rd_max_set ? "" : g_comm->all_shm ? ": shared-memory default" : ": TCP default");
         if (o->coll == PC_COLL_BROADCAST && p->algo == RING__ALGO_AUTO && tree)
             fprintf(f, "# library algorithm: tree (binomial) up to %zu B, ring above (RING_ALGO, RING_TREE_MAX_BYTES)\n",
                     p->tree_max_bytes);
         if (ring)
             fprintf(f, "# model (ring): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RING));
         if (rd) fprintf(f, "# model (rd): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RD));
+        if (rh) fprintf(f, "# model (rh): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RH));
         if (tree) fprintf(f, "# model (tree): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_TREE));
     }
     if (o->pc.algos & PC_ALGO_BIT(PC_ALGO_PS))

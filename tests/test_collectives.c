@@ -441,6 +441,27 @@ Test(collectives, matrix_n8_rd, .timeout = MATRIX_DEADLINE + 60)
     run_simple("matrix", 8, 0x8d08, env, MATRIX_DEADLINE);
 }
 
+/* Recursive halving and doubling for every size: ranges that halve down to empty ones (counts
+ * below the number of ranks), odd ranges, the fold for 3, 6 and 7 ranks, AVG in the last
+ * halving round. */
+Test(collectives, matrix_n3_rh, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=rh", NULL};
+    run_simple("matrix", 3, 0x3a03, env, MATRIX_DEADLINE);
+}
+
+Test(collectives, matrix_n6_rh, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=rh", NULL};
+    run_simple("matrix", 6, 0x6a06, env, MATRIX_DEADLINE);
+}
+
+Test(collectives, matrix_n8_rh, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_ALGO=rh", NULL};
+    run_simple("matrix", 8, 0x8a08, env, MATRIX_DEADLINE);
+}
+
 /* The ring for every size, small ones included (by default they go by recursive doubling). */
 Test(collectives, matrix_n4_ring, .timeout = MATRIX_DEADLINE + 60)
 {
@@ -486,6 +507,13 @@ Test(collectives, float_random_n7_rd, .timeout = 180)
 {
     static const char *const env[] = {"RING_ALGO=rd", NULL};
     run_float_random(7, 0xf707, env);
+}
+
+/* Recursive halving: each element is reduced by one rank and copied to the others. */
+Test(collectives, float_random_n6_rh, .timeout = 180)
+{
+    static const char *const env[] = {"RING_ALGO=rh", NULL};
+    run_float_random(6, 0xf606, env);
 }
 
 /*

@@ -75,7 +75,10 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
     n = strlen(out);
     if (n < len)
         snprintf(out + n, len - n, " [%s]",
-                 algo == RING__ALGO_RD ? "recursive doubling" : algo == RING__ALGO_TREE ? "binomial tree" : "ring");
+                 algo == RING__ALGO_RD     ? "recursive doubling"
+                 : algo == RING__ALGO_TREE ? "binomial tree"
+                 : algo == RING__ALGO_RH   ? "recursive halving"
+                                           : "ring");
 }
 
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,

@@ -74,6 +74,8 @@ ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__barrier_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 /* Recursive doubling (rd.c): allreduce of small buffers, and barrier (count 0). */
 ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op);
+/* Recursive halving and doubling (Rabenseifner, rd.c): allreduce of medium buffers. */
+ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op);
 /* Binomial tree (tree.c) on recursive doubling's connections: broadcast of small buffers. */
 ring_result_t ring__broadcast_tree(ring_comm_t *comm, const ring__opdesc_t *op);
@@ -87,6 +89,7 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes);
 /* The all-reduce threshold in effect: RING_RD_MAX_BYTES, else the default of the transport
  * every ring edge uses (the same on every rank). */
 size_t ring__rd_max_bytes(const ring_comm_t *comm);
+size_t ring__rh_max_bytes(const ring_comm_t *comm);
 
 /* Run one validated operation (dispatch by collective; handles nranks == 1). */
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op);

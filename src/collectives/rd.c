@@ -80,6 +80,30 @@ static ring_result_t xchg(ring_comm_t *comm, const unsigned char *mydesc, int pe
     return rc;
 }
 
+/* Like xchg with both directions, but the two data lengths may differ (recursive halving's
+ * halves of an odd range); each is matched with the peer's opposite length. */
+static ring_result_t xchg2(ring_comm_t *comm, const unsigned char *mydesc, int peer, const void *sbuf, size_t sbytes,
+                           void *rbuf, size_t rbytes)
+{
+    ring_result_t rc = RING_OK;
+    unsigned char theirs[RING__DESC_LEN];
+    ring__p2p_op_t ops[4];
+    int n = 0;
+    char who[160];
+    memset(theirs, 0, sizeof theirs);
+    ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
+    if (sbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = sbytes};
+    ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = theirs, .len = RING__DESC_LEN};
+    if (rbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = rbytes};
+    rc = ring__p2p_run_locked(comm, ops, n);
+    if ((rc == RING_OK || rc == RING_ERR_PROTOCOL || rc == RING_ERR_MISMATCH) && memcmp(theirs, mydesc, RING__DESC_LEN) != 0) {
+        ring__peer_desc(comm, peer, who, sizeof who);
+        ring_result_t dc = ring__desc_check(comm, mydesc, theirs, "recursive-halving partner", who);
+        if (rc == RING_OK || dc == RING_ERR_MISMATCH) rc = dc;
+    }
+    return rc;
+}
+
 static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring_result_t rc = RING_OK;
@@ -133,4 +157,85 @@ fail:
 }
 
 ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op) { return rd_run(comm, op); }
+
+/*
+ * Recursive halving and doubling (Rabenseifner): the all-reduce for medium buffers, on the same
+ * connections and with the same fold as recursive doubling.
+ *  1. Fold as above; the p remaining ranks work on recvbuf (sendbuf copied in first).
+ *  2. Reduce-scatter by recursive halving, distance p/2 first: the range a rank is responsible
+ *     for is halved every round, the lower virtual rank keeping the lower half. Partners swap
+ *     the halves the other keeps and reduce lower ⊕ higher (by virtual rank) into their own;
+ *     AVG divides in the last round. Each element is reduced by exactly one rank.
+ *  3. All-gather by recursive doubling, distance 1 first: partners swap the ranges they own,
+ *     which grow back to the whole buffer.
+ *  4. Unfold as above.
+ * Bytes per rank: 2·S·(p-1)/p each way (+S on fold pairs) in 2·log2(p) messages, against
+ * recursive doubling's S·log2(p): time ~ 2·log2(p)·α + 2·(p-1)/p·S/B, the ring's bandwidth
+ * with log2 instead of N-1 latencies, hence the default between RING_RD_MAX_BYTES and
+ * RING_RH_MAX_BYTES.
+ */
+ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring_result_t rc = RING_OK;
+    const int n = comm->nranks, r = comm->rank;
+    const int p = pow2_floor(n), rem = n - p;
+    const size_t es = ring_dtype_size(op->dtype), count = op->count, bytes = count * es;
+    unsigned char mydesc[RING__DESC_LEN];
+    char *acc = op->recvbuf, *tmp = NULL;
+    size_t lo[32], hi[32]; /* the range before each halving round, for the way back */
+    int kept_low[32];      /* ... and which half of it this rank kept */
+    int rounds = 0;
+
+    ring__desc_build(mydesc, op, RING__ALGO_RH);
+    if (bytes) {
+        RING_CHECK(ring__scratch_ensure(comm, bytes));
+        tmp = comm->scratch;
+    }
+    if (r < 2 * rem && r % 2 == 0) {
+        RING_CHECK(xchg(comm, mydesc, r + 1, 1, op->sendbuf, 0, NULL, bytes));
+        RING_CHECK(xchg(comm, mydesc, r + 1, 0, NULL, 1, acc, bytes));
+        goto fail;
+    }
+    int v = r - rem;
+    if (r < 2 * rem) {
+        RING_CHECK(xchg(comm, mydesc, r - 1, 0, NULL, 1, tmp, bytes));
+        if (count) ring__reduce(acc, tmp, op->sendbuf, count, op->dtype, op->op);
+        v = r / 2;
+    } else if (bytes && acc != (const char *)op->sendbuf) {
+        memmove(acc, op->sendbuf, bytes);
+    }
+    size_t l = 0, h = count;
+    for (int mask = p / 2; mask >= 1; mask /= 2) {
+        int pv = v ^ mask, low = v < pv;
+        size_t mid = l + (h - l) / 2;
+        size_t kl = low ? l : mid, kh = low ? mid : h; /* kept */
+        size_t sl = low ? mid : l, sh = low ? h : mid; /* given away */
+        lo[rounds] = l, hi[rounds] = h, kept_low[rounds] = low, rounds++;
+        size_t kb = (kh - kl) * es, sb = (sh - sl) * es;
+        /* Both halves of an odd range differ by one element: each side sends what the other
+         * keeps and receives what it keeps, so the lengths still match pairwise. */
+        RING_CHECK(xchg2(comm, mydesc, real_rank(pv, rem), acc + sl * es, sb, tmp, kb));
+        if (kh > kl) {
+            const char *a = low ? acc + kl * es : tmp, *b = low ? tmp : acc + kl * es;
+            if (mask == 1) ring__reduce_final(acc + kl * es, a, b, kh - kl, op->dtype, op->op, n);
+            else ring__reduce(acc + kl * es, a, b, kh - kl, op->dtype, op->op);
+        }
+        l = kl, h = kh;
+    }
+    for (int k = rounds - 1, mask = 1; k >= 0; k--, mask *= 2) {
+        int pv = v ^ mask;
+        size_t ol = kept_low[k] ? h : lo[k], oh = kept_low[k] ? hi[k] : l; /* the partner's range */
+        RING_CHECK(xchg2(comm, mydesc, real_rank(pv, rem), acc + l * es, (h - l) * es, acc + ol * es, (oh - ol) * es));
+        l = lo[k], h = hi[k];
+    }
+    if (r < 2 * rem) RING_CHECK(xchg(comm, mydesc, r - 1, 1, acc, 0, NULL, bytes));
+fail:
+    if (rc != RING_OK && rc != RING_ERR_MISMATCH) {
+        char detail[RING__ERRMSG_MAX];
+        snprintf(detail, sizeof detail, "%s", comm->errmsg);
+        ring__seterr(comm, rc, "%s #%llu (recursive halving): %s", ring__coll_name(op->coll), (unsigned long long)op->seq,
+                     detail);
+    }
+    return rc;
+}
 ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op) { return rd_run(comm, op); }

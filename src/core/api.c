@@ -86,22 +86,40 @@ static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     return ring__submit(comm, op, async ? reqp : NULL);
 }
 
+/*
+ * Defaults measured in docs/performance.md ("Choosing the all-reduce algorithm"). With two
+ * ranks recursive doubling is one exchange of the whole buffer and halving saves nothing, so
+ * it runs up to 32 KiB and the ring above. With more, recursive doubling moves log2(N) times
+ * the buffer and loses to halving from about 8 KiB on both transports; halving loses to the
+ * ring (same bytes, but the pipeline overlaps them) from about 32 KiB on shared memory and
+ * 128 KiB over TCP. The inputs (N, every ring edge on one host) are the same on every rank.
+ */
 size_t ring__rd_max_bytes(const ring_comm_t *comm)
 {
     if (comm->params.rd_max_set) return comm->params.rd_max_bytes;
-    return comm->all_shm ? RING__DEFAULT_RD_MAX_BYTES_SHM : RING__DEFAULT_RD_MAX_BYTES;
+    return comm->nranks <= 2 ? RING__DEFAULT_RD_MAX_BYTES : RING__DEFAULT_RD_MAX_BYTES_N;
+}
+
+size_t ring__rh_max_bytes(const ring_comm_t *comm)
+{
+    if (comm->params.rh_max_set) return comm->params.rh_max_bytes;
+    if (comm->nranks <= 2) return 0;
+    return comm->all_shm ? RING__DEFAULT_RH_MAX_BYTES_SHM : RING__DEFAULT_RH_MAX_BYTES;
 }
 
 int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
 {
     int algo = comm->params.algo;
-    if (coll == RING__COLL_ALLREDUCE)
-        return algo == RING__ALGO_RD || (algo == RING__ALGO_AUTO && bytes <= ring__rd_max_bytes(comm)) ? RING__ALGO_RD
-                                                                                                     : RING__ALGO_RING;
+    if (coll == RING__COLL_ALLREDUCE) {
+        if (algo != RING__ALGO_AUTO) return algo;
+        if (bytes <= ring__rd_max_bytes(comm)) return RING__ALGO_RD;
+        /* Medium sizes: the ring's bytes on the wire with log2 N latencies instead of N-1. */
+        return bytes <= ring__rh_max_bytes(comm) ? RING__ALGO_RH : RING__ALGO_RING;
+    }
     if (coll == RING__COLL_BARRIER) return algo == RING__ALGO_RING ? RING__ALGO_RING : RING__ALGO_RD;
     /* With 2 or 3 ranks the tree is as deep as the ring is long; from 4 on it is shallower. */
     if (coll == RING__COLL_BROADCAST)
-        return algo == RING__ALGO_RD || (algo == RING__ALGO_AUTO && comm->nranks >= 4 && bytes <= comm->params.tree_max_bytes)
+        return algo == RING__ALGO_RD || algo == RING__ALGO_RH || (algo == RING__ALGO_AUTO && comm->nranks >= 4 && bytes <= comm->params.tree_max_bytes)
                    ? RING__ALGO_TREE
                    : RING__ALGO_RING;
     return RING__ALGO_RING;
@@ -119,7 +137,8 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     int algo = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype));
     int rd = algo == RING__ALGO_RD;
     switch (op->coll) {
-    case RING__COLL_ALLREDUCE: return rd ? ring__allreduce_rd(comm, op) : ring__allreduce_ring(comm, op);
+    case RING__COLL_ALLREDUCE:
+        return rd ? ring__allreduce_rd(comm, op) : algo == RING__ALGO_RH ? ring__allreduce_rh(comm, op) : ring__allreduce_ring(comm, op);
     case RING__COLL_REDUCE_SCATTER: return ring__reduce_scatter_ring(comm, op);
     case RING__COLL_ALLGATHER: return ring__allgather_ring(comm, op);
     case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__broadcast_ring(comm, op);

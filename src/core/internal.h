@@ -69,7 +69,7 @@ struct ring__bootstrap;
 /* Algorithm choice (RING_ALGO): by size, or forced. RD stands for the latency algorithms:
  * recursive doubling (all-reduce, barrier) and the binomial tree (broadcast, RING__ALGO_TREE
  * in descriptors and perf output). */
-enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_TREE };
+enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_TREE, RING__ALGO_RH };
 /* Transport between two ranks on one host (RING_TRANSPORT). */
 enum { RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM };
 
@@ -85,6 +85,8 @@ typedef struct ring__params {
     size_t rd_max_bytes;  /* auto: recursive doubling up to this many bytes (RING_RD_MAX_BYTES) */
     int rd_max_set;       /* RING_RD_MAX_BYTES was given; else the default depends on the transport */
     size_t tree_max_bytes; /* auto: binomial-tree broadcast up to this many bytes (RING_TREE_MAX_BYTES) */
+    size_t rh_max_bytes;   /* auto: recursive halving above rd_max up to this many bytes (RING_RH_MAX_BYTES) */
+    int rh_max_set;
     int transport;        /* RING__TP_*: RING_TRANSPORT */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
     char host_id[64];     /* RING_HOST_ID: stands in for host name and boot id, "" = the real ones */

@@ -189,6 +189,9 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     RING_CHECK(env_size("RING_RD_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->rd_max_bytes));
     p->rd_max_set = getenv("RING_RD_MAX_BYTES") && *getenv("RING_RD_MAX_BYTES");
     p->tree_max_bytes = RING__DEFAULT_TREE_MAX_BYTES;
+    p->rh_max_bytes = RING__DEFAULT_RH_MAX_BYTES;
+    RING_CHECK(env_size("RING_RH_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->rh_max_bytes));
+    p->rh_max_set = getenv("RING_RH_MAX_BYTES") && *getenv("RING_RH_MAX_BYTES");
     RING_CHECK(env_size("RING_TREE_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->tree_max_bytes));
     const char *tpn = getenv("RING_TRANSPORT");
     p->transport = RING__TP_AUTO;
@@ -219,8 +222,9 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     if (algo && *algo) {
         if (!strcmp(algo, "ring")) p->algo = RING__ALGO_RING;
         else if (!strcmp(algo, "rd")) p->algo = RING__ALGO_RD;
+        else if (!strcmp(algo, "rh")) p->algo = RING__ALGO_RH;
         else if (strcmp(algo, "auto") != 0)
-            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_ALGO=\"%s\": expected ring, rd or auto", algo);
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_ALGO=\"%s\": expected ring, rd, rh or auto", algo);
     }
     const char *pr = getenv("RING_PORT_RANGE");
     if (pr && *pr && ring__parse_port_range(pr, &p->port_lo, &p->port_hi) != 0)
