@@ -133,6 +133,14 @@ static ring_result_t ensure_state(ring_comm_t *comm, int depth)
     return RING_OK;
 }
 
+ring_result_t ring__algo_failed(ring_comm_t *comm, ring_result_t rc, const ring__opdesc_t *op, const char *algo)
+{
+    if (rc == RING_OK || rc == RING_ERR_MISMATCH) return rc;
+    char detail[RING__ERRMSG_MAX];
+    snprintf(detail, sizeof detail, "%s", comm->errmsg);
+    return ring__seterr(comm, rc, "%s #%llu (%s): %s", ring__coll_name(op->coll), (unsigned long long)op->seq, algo, detail);
+}
+
 ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes)
 {
     if (comm->scratch_bytes >= bytes) return RING_OK;

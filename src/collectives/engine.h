@@ -63,6 +63,11 @@ void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);
 
+/* The point-to-point algorithms' failure tail: prefix the detail (which names the peer) with
+ * the operation and the algorithm, as the ring engine does; a mismatch message already names
+ * both calls and is left alone. Returns rc. */
+ring_result_t ring__algo_failed(ring_comm_t *comm, ring_result_t rc, const ring__opdesc_t *op, const char *algo);
+
 /* comm->scratch of at least `bytes` (page-aligned, kept and reused). */
 ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes);
 

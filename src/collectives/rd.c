@@ -18,7 +18,6 @@
  * time ~ (log2(p) + 2·[rem > 0])·(α + S/B), against the ring's 2(N-1)·α + 2(N-1)/N·S/B: a win
  * while α dominates (small S), a loss for large S, hence RING_RD_MAX_BYTES.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -54,8 +53,8 @@ int ring__rd_partners(int rank, int nranks, int *out)
  * reported as the mismatch it is; with equal lengths the data lands in rbuf, which is either
  * scratch or a result the caller gets an error for.
  */
-static ring_result_t xchg(ring_comm_t *comm, const unsigned char *mydesc, int peer, int do_send, const void *sbuf,
-                          int do_recv, void *rbuf, size_t bytes)
+static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, int peer, int do_send, const void *sbuf,
+                              size_t sbytes, int do_recv, void *rbuf, size_t rbytes, const char *relation)
 {
     ring_result_t rc = RING_OK;
     unsigned char theirs[RING__DESC_LEN];
@@ -65,43 +64,25 @@ static ring_result_t xchg(ring_comm_t *comm, const unsigned char *mydesc, int pe
     memset(theirs, 0, sizeof theirs);
     if (do_send) {
         ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
-        if (bytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = bytes};
+        if (sbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = sbytes};
     }
     if (do_recv) {
         ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = theirs, .len = RING__DESC_LEN};
-        if (bytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = bytes};
+        if (rbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = rbytes};
     }
     rc = ring__p2p_run_locked(comm, ops, n);
     if (do_recv && (rc == RING_OK || rc == RING_ERR_PROTOCOL || rc == RING_ERR_MISMATCH) && memcmp(theirs, mydesc, RING__DESC_LEN) != 0) {
         ring__peer_desc(comm, peer, who, sizeof who);
-        ring_result_t dc = ring__desc_check(comm, mydesc, theirs, "recursive-doubling partner", who);
+        ring_result_t dc = ring__desc_check(comm, mydesc, theirs, relation, who);
         if (rc == RING_OK || dc == RING_ERR_MISMATCH) rc = dc;
     }
     return rc;
 }
 
-/* Like xchg with both directions, but the two data lengths may differ (recursive halving's
- * halves of an odd range); each is matched with the peer's opposite length. */
-static ring_result_t xchg2(ring_comm_t *comm, const unsigned char *mydesc, int peer, const void *sbuf, size_t sbytes,
-                           void *rbuf, size_t rbytes)
+static ring_result_t xchg(ring_comm_t *comm, const unsigned char *mydesc, int peer, int do_send, const void *sbuf,
+                          int do_recv, void *rbuf, size_t bytes)
 {
-    ring_result_t rc = RING_OK;
-    unsigned char theirs[RING__DESC_LEN];
-    ring__p2p_op_t ops[4];
-    int n = 0;
-    char who[160];
-    memset(theirs, 0, sizeof theirs);
-    ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
-    if (sbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = sbytes};
-    ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = theirs, .len = RING__DESC_LEN};
-    if (rbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = rbytes};
-    rc = ring__p2p_run_locked(comm, ops, n);
-    if ((rc == RING_OK || rc == RING_ERR_PROTOCOL || rc == RING_ERR_MISMATCH) && memcmp(theirs, mydesc, RING__DESC_LEN) != 0) {
-        ring__peer_desc(comm, peer, who, sizeof who);
-        ring_result_t dc = ring__desc_check(comm, mydesc, theirs, "recursive-halving partner", who);
-        if (rc == RING_OK || dc == RING_ERR_MISMATCH) rc = dc;
-    }
-    return rc;
+    return exchange(comm, mydesc, peer, do_send, sbuf, bytes, do_recv, rbuf, bytes, "recursive-doubling partner");
 }
 
 static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
@@ -146,14 +127,7 @@ static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
     }
     if (r < 2 * rem) RING_CHECK(xchg(comm, mydesc, r - 1, 1, acc, 0, NULL, bytes));
 fail:
-    if (rc != RING_OK && rc != RING_ERR_MISMATCH) {
-        /* Name the operation, as the ring engine does; the detail names the peer. */
-        char detail[RING__ERRMSG_MAX];
-        snprintf(detail, sizeof detail, "%s", comm->errmsg);
-        ring__seterr(comm, rc, "%s #%llu (recursive doubling): %s", ring__coll_name(op->coll),
-                     (unsigned long long)op->seq, detail);
-    }
-    return rc;
+    return ring__algo_failed(comm, rc, op, "recursive doubling");
 }
 
 ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op) { return rd_run(comm, op); }
@@ -212,9 +186,9 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
         size_t sl = low ? mid : l, sh = low ? h : mid; /* given away */
         lo[rounds] = l, hi[rounds] = h, kept_low[rounds] = low, rounds++;
         size_t kb = (kh - kl) * es, sb = (sh - sl) * es;
-        /* Both halves of an odd range differ by one element: each side sends what the other
+        /* The halves of an odd range differ by one element: each side sends what the other
          * keeps and receives what it keeps, so the lengths still match pairwise. */
-        RING_CHECK(xchg2(comm, mydesc, real_rank(pv, rem), acc + sl * es, sb, tmp, kb));
+        RING_CHECK(exchange(comm, mydesc, real_rank(pv, rem), 1, acc + sl * es, sb, 1, tmp, kb, "recursive-halving partner"));
         if (kh > kl) {
             const char *a = low ? acc + kl * es : tmp, *b = low ? tmp : acc + kl * es;
             if (mask == 1) ring__reduce_final(acc + kl * es, a, b, kh - kl, op->dtype, op->op, n);
@@ -225,17 +199,12 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
     for (int k = rounds - 1, mask = 1; k >= 0; k--, mask *= 2) {
         int pv = v ^ mask;
         size_t ol = kept_low[k] ? h : lo[k], oh = kept_low[k] ? hi[k] : l; /* the partner's range */
-        RING_CHECK(xchg2(comm, mydesc, real_rank(pv, rem), acc + l * es, (h - l) * es, acc + ol * es, (oh - ol) * es));
+        RING_CHECK(exchange(comm, mydesc, real_rank(pv, rem), 1, acc + l * es, (h - l) * es, 1, acc + ol * es, (oh - ol) * es,
+                            "recursive-halving partner"));
         l = lo[k], h = hi[k];
     }
     if (r < 2 * rem) RING_CHECK(xchg(comm, mydesc, r - 1, 1, acc, 0, NULL, bytes));
 fail:
-    if (rc != RING_OK && rc != RING_ERR_MISMATCH) {
-        char detail[RING__ERRMSG_MAX];
-        snprintf(detail, sizeof detail, "%s", comm->errmsg);
-        ring__seterr(comm, rc, "%s #%llu (recursive halving): %s", ring__coll_name(op->coll), (unsigned long long)op->seq,
-                     detail);
-    }
-    return rc;
+    return ring__algo_failed(comm, rc, op, "recursive halving");
 }
 ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op) { return rd_run(comm, op); }

@@ -22,7 +22,6 @@
  * outside the hypercube]) · (α + S/B), against the ring's (N - 1)·(α + S/B) for one chunk;
  * the ring's pipeline wins once S spans many chunks, hence RING_TREE_MAX_BYTES.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -107,11 +106,5 @@ ring_result_t ring__broadcast_tree(ring_comm_t *comm, const ring__opdesc_t *op)
     }
     RING_CHECK(ring__p2p_run_locked(comm, ops, k));
 fail:
-    if (rc != RING_OK && rc != RING_ERR_MISMATCH) {
-        char detail[RING__ERRMSG_MAX];
-        snprintf(detail, sizeof detail, "%s", comm->errmsg);
-        ring__seterr(comm, rc, "%s #%llu (binomial tree): %s", ring__coll_name(op->coll), (unsigned long long)op->seq,
-                     detail);
-    }
-    return rc;
+    return ring__algo_failed(comm, rc, op, "binomial tree");
 }
