@@ -559,9 +559,10 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
         }
         if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO)
             fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, rh (recursive halving) up to %zu B, ring above "
-                       "(RING_ALGO, RING_RD_MAX_BYTES%s, RING_RH_MAX_BYTES)\n",
+                       "(RING_ALGO, RING_RD_MAX_BYTES%s, RING_RH_MAX_BYTES%s)\n",
                     ring__rd_max_bytes(g_comm), ring__rh_max_bytes(g_comm),
-                    p->rd_max_set ? "" : g_comm->all_shm ? ": shared-memory default" : ": TCP default");
+                    p->rd_max_set ? "" : g_comm->nranks <= 2 ? ": default for 2 ranks" : ": default for 3+ ranks",
+                    p->rh_max_set ? "" : g_comm->all_shm ? ": shared-memory default" : ": TCP default");
         if (o->coll == PC_COLL_BROADCAST && p->algo == RING__ALGO_AUTO && tree)
             fprintf(f, "# library algorithm: tree (binomial) up to %zu B, ring above (RING_ALGO, RING_TREE_MAX_BYTES)\n",
                     p->tree_max_bytes);

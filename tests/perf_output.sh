@@ -27,8 +27,10 @@ for k in ("program", "collective", "nranks", "dtype", "op", "alpha_us", "link_GB
 assert d["program"] == "ring_perf" and d["nranks"] == 4 and d["ok"] is True, d
 assert d["alpha_us"] > 0 and d["link_GBps"] > 0, "probes gave no alpha or link"
 algos = [r["algo"] for r in d["rows"]]
-# 1K, 16K, 256K; the library runs the small ones by recursive doubling ("rd") by default
-assert algos.count("ring") + algos.count("rd") == 3 and algos.count("ps") == 3, algos
+# 1K, 16K, 256K: the library labels each row with what it ran (recursive doubling "rd",
+# recursive halving "rh", the ring), the parameter-server rows say "ps"
+assert sum(algos.count(a) for a in ("ring", "rd", "rh")) == 3 and algos.count("ps") == 3, algos
+assert algos[0] == "rd" and algos[2] == "ring", algos
 for r in d["rows"]:
     assert r["wrong"] == 0 and r["time_us"] > 0 and r["model_us"] > 0 and r["eff"] > 0, r
 print("json ok:", len(d["rows"]), "rows, alpha", d["alpha_us"], "us, link", d["link_GBps"], "GB/s")
