@@ -699,9 +699,11 @@ static ring_comm_t *init_comm_env(void)
     ring_comm_t *comm = NULL;
     ring_result_t rc = ring_comm_init_env(&comm);
     if (rc != RING_OK) {
-        const char *msg = ring_comm_last_error(comm);
-        if (!msg || !*msg) msg = ring_comm_last_error(NULL);
-        if (!msg) msg = "(null)";
+        char msg[1024];
+        const char *m = ring_comm_last_error(comm);
+        if (!m || !*m) m = ring_comm_last_error(NULL);
+        /* A copy: the text belongs to comm, which goes away below. */
+        snprintf(msg, sizeof msg, "%s", m ? m : "(null)");
         wlog("ring_comm_init_env failed: %s: %s", ring_result_name(rc), msg);
         ring_comm_destroy(comm);
         if (g_rank == 0 && rc == RING_ERR_SYSTEM && (strstr(msg, "in use") || strstr(msg, "EADDRINUSE")))

@@ -21,6 +21,8 @@
  * the latency and memory checks must not share the 2 CI cores with the other test cases.
  */
 #include <criterion/criterion.h>
+
+#include "free_port.h"
 #include <criterion/logging.h>
 
 #include <arpa/inet.h>
@@ -131,39 +133,6 @@ static long long heap_in_use(void)
 #else
     return -1;
 #endif
-}
-
-/*
- * A root port below the kernel's ephemeral range: the kernel never hands such a port to an
- * outgoing connection or to a port-0 bind (every data listener), so it stays free between this
- * check and rank 0's bind, through the hundreds of jobs the resource tests start.
- */
-static int free_port(void)
-{
-    static unsigned next;
-    int lo = 32768, hi = 60999;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
-    if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
-        fclose(f);
-    }
-    int base = 10000, span = lo - base;
-    if (!next) next = (unsigned)getpid() * 7919u + (unsigned)now_ms();
-    for (int tries = 0; tries < 2000; tries++) {
-        int port = span >= 1000 ? base + (int)(next++ % (unsigned)span) : 0;
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-        cr_assert(fd >= 0);
-        /* as the root binds: a port in TIME_WAIT from an earlier job is fine */
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t l = sizeof a;
-        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0;
-        close(fd);
-        if (ok) return ntohs(a.sin_port);
-    }
-    cr_assert_fail("no free port below the ephemeral range");
-    return -1;
 }
 
 static int cmp_double(const void *a, const void *b)
