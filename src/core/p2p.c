@@ -126,7 +126,10 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
             done[i] = (uint8_t)ready;
             missing += !ready;
         }
-        if (!missing) break;
+        if (!missing) {
+            if (comm->shm_ctx) RING_CHECK(ring__shm_forced_result(comm->shm_ctx));
+            break;
+        }
         if (atomic_load(&comm->aborted)) {
             rc = ring__seterr(comm, RING_ERR_ABORTED, "aborted while connecting to peers");
             goto fail;

@@ -149,6 +149,10 @@ struct shm_ctx {
     ring_comm_t *comm;
     up *ups;
     uint8_t *keep_tcp[2]; /* by direction and peer: the pair agreed on TCP, do not ask again */
+    /* RING_TRANSPORT=shm and a pair could not map a segment: the first reason, reported once
+     * every handshake in progress is over (ring__shm_forced_result). */
+    ring_result_t forced_rc;
+    char forced_msg[RING__ERRMSG_MAX];
 };
 
 enum { S_START, S_OFFER_IO, S_ACK_IO, S_DONE };
@@ -475,14 +479,17 @@ static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, 
 
     *pp = u->next;
     if (u->status) {
-        if (comm->params.transport == RING__TP_SHM) {
-            rc = ring__seterr(comm, RING_ERR_SYSTEM, "RING_TRANSPORT=shm, but shared memory with rank %d failed: %s", peer,
-                              u->reason);
-            up_free(u);
-            return rc;
+        /* Demanded shared memory fails, but not yet: the peers are still reading this rank's
+         * OFFERs and ACKs, and closing the sockets under them would leave them with "connection
+         * reset" instead of the reason. */
+        if (comm->params.transport == RING__TP_SHM && !ctx->forced_rc) {
+            ctx->forced_rc = RING_ERR_SYSTEM;
+            say(ctx->forced_msg, sizeof ctx->forced_msg, "RING_TRANSPORT=shm, but shared memory with rank %d failed: %s",
+                peer, u->reason);
         }
-        RING_LOG(RING_LOG_WARN, RING_SUB_NET, comm->rank, "shm: %s rank %d stays on TCP: %s",
-                 is_send ? "sending to" : "receiving from", peer, u->reason);
+        else if (comm->params.transport != RING__TP_SHM)
+            RING_LOG(RING_LOG_WARN, RING_SUB_NET, comm->rank, "shm: %s rank %d stays on TCP: %s",
+                     is_send ? "sending to" : "receiving from", peer, u->reason);
         ctx->keep_tcp[is_send][peer] = 1;
         up_free(u);
         *out = base;
@@ -788,6 +795,13 @@ static void shm_close(void *vc)
     }
     free(c->done_at);
     free(c);
+}
+
+ring_result_t ring__shm_forced_result(void *vctx)
+{
+    shm_ctx *ctx = vctx;
+    if (!ctx || !ctx->forced_rc) return RING_OK;
+    return ring__seterr(ctx->comm, ctx->forced_rc, "%s", ctx->forced_msg);
 }
 
 int ring__shm_sweep(const char *dir)

@@ -131,6 +131,9 @@ extern const ring__transport_t ring__shm_transport;
  * over: the connection no longer closes it. */
 int ring__tcp_conn_fd(void *conn);
 int ring__tcp_take_fd(void *conn);
+/* RING_TRANSPORT=shm and some pair fell back to TCP: the error (with the first reason), to
+ * be raised once the handshakes in progress are over; RING_OK otherwise. */
+ring_result_t ring__shm_forced_result(void *shm_ctx);
 /* Remove shared-memory segments in dir left by ringcomm processes of this user that no longer
  * exist (killed between creating a segment and its peer mapping it). Returns how many. */
 int ring__shm_sweep(const char *dir);
