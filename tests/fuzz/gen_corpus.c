@@ -192,6 +192,12 @@ static void gen_table(void)
     x.addr.len = 0x80000000u;
     entry_of(t + E, &x);
     table_seed("addr_len_huge", t, 2 * E, 0);
+    x = v4;
+    x.flags = RING__PEER_SHM;
+    entry_of(t + E, &x);
+    table_seed("shm_flag", t, 2 * E, 1);
+    ring__put32(t + E + E - 4, 1); /* the reserved word */
+    table_seed("reserved_set", t, 2 * E, 0);
 }
 
 /* ---- tcp: handshake and message header ---------------------------------------------------- */
