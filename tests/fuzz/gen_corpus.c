@@ -117,8 +117,8 @@ static void gen_hello(void)
     m[0] ^= 0x20;
     hello_seed("bad_magic", m, RING__HELLO_LEN, RING_ERR_PROTOCOL);
     memcpy(m, b, RING__HELLO_LEN);
-    m[4] = 2;
-    hello_seed("version_2", m, RING__HELLO_LEN, RING_ERR_AUTH);
+    m[4] = 1; /* the version before the shared-memory flag */
+    hello_seed("version_1", m, RING__HELLO_LEN, RING_ERR_AUTH);
     memcpy(m, b, RING__HELLO_LEN);
     m[23] ^= 1;
     hello_seed("wrong_secret", m, RING__HELLO_LEN, RING_ERR_AUTH);
