@@ -84,6 +84,10 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op);
 /* Binomial tree (tree.c) on recursive doubling's connections: broadcast of small buffers. */
 ring_result_t ring__broadcast_tree(ring_comm_t *comm, const ring__opdesc_t *op);
+/* Recursive doubling's fold (rd.c), shared with the tree: the largest power of two <= n, and
+ * the rank that stands for virtual rank v when rem = n - p ranks are folded out. */
+int ring__pow2_floor(int n);
+int ring__rd_real_rank(int v, int rem);
 /* The peers recursive doubling exchanges with (fold partner and hypercube partners);
  * returns how many were written to out (at most 2 + log2(nranks)). */
 int ring__rd_partners(int rank, int nranks, int *out);

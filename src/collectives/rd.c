@@ -24,24 +24,24 @@
 #include "p2p.h"
 #include "reduce.h"
 
-static int pow2_floor(int n)
+int ring__pow2_floor(int n)
 {
     int p = 1;
     while (p <= n / 2) p *= 2;
     return p;
 }
 
-static int real_rank(int v, int rem) { return v < rem ? 2 * v + 1 : v + rem; }
+int ring__rd_real_rank(int v, int rem) { return v < rem ? 2 * v + 1 : v + rem; }
 
 int ring__rd_partners(int rank, int nranks, int *out)
 {
-    int p = pow2_floor(nranks), rem = nranks - p, k = 0;
+    int p = ring__pow2_floor(nranks), rem = nranks - p, k = 0;
     if (rank < 2 * rem) {
         out[k++] = rank ^ 1;
         if (rank % 2 == 0) return k;
     }
     int v = rank < 2 * rem ? rank / 2 : rank - rem;
-    for (int mask = 1; mask < p; mask <<= 1) out[k++] = real_rank(v ^ mask, rem);
+    for (int mask = 1; mask < p; mask <<= 1) out[k++] = ring__rd_real_rank(v ^ mask, rem);
     return k;
 }
 
@@ -89,7 +89,7 @@ static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring_result_t rc = RING_OK;
     const int n = comm->nranks, r = comm->rank;
-    const int p = pow2_floor(n), rem = n - p;
+    const int p = ring__pow2_floor(n), rem = n - p;
     const int reduce = op->coll == RING__COLL_ALLREDUCE;
     const size_t count = reduce ? op->count : 0;
     const size_t bytes = count * ring_dtype_size(op->dtype);
@@ -117,7 +117,7 @@ static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
     }
     for (int mask = 1; mask < p; mask <<= 1) {
         int pv = v ^ mask;
-        RING_CHECK(xchg(comm, mydesc, real_rank(pv, rem), 1, cur, 1, tmp, bytes));
+        RING_CHECK(xchg(comm, mydesc, ring__rd_real_rank(pv, rem), 1, cur, 1, tmp, bytes));
         if (count) {
             const void *a = pv < v ? tmp : cur, *b = pv < v ? cur : tmp;
             if (mask * 2 == p) ring__reduce_final(acc, a, b, count, op->dtype, op->op, n);
@@ -152,7 +152,7 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring_result_t rc = RING_OK;
     const int n = comm->nranks, r = comm->rank;
-    const int p = pow2_floor(n), rem = n - p;
+    const int p = ring__pow2_floor(n), rem = n - p;
     const size_t es = ring_dtype_size(op->dtype), count = op->count, bytes = count * es;
     unsigned char mydesc[RING__DESC_LEN];
     char *acc = op->recvbuf, *tmp = NULL;
@@ -188,7 +188,7 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
         size_t kb = (kh - kl) * es, sb = (sh - sl) * es;
         /* The halves of an odd range differ by one element: each side sends what the other
          * keeps and receives what it keeps, so the lengths still match pairwise. */
-        RING_CHECK(exchange(comm, mydesc, real_rank(pv, rem), 1, acc + sl * es, sb, 1, tmp, kb, "recursive-halving partner"));
+        RING_CHECK(exchange(comm, mydesc, ring__rd_real_rank(pv, rem), 1, acc + sl * es, sb, 1, tmp, kb, "recursive-halving partner"));
         if (kh > kl) {
             const char *a = low ? acc + kl * es : tmp, *b = low ? tmp : acc + kl * es;
             if (mask == 1) ring__reduce_final(acc + kl * es, a, b, kh - kl, op->dtype, op->op, n);
@@ -199,7 +199,7 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
     for (int k = rounds - 1, mask = 1; k >= 0; k--, mask *= 2) {
         int pv = v ^ mask;
         size_t ol = kept_low[k] ? h : lo[k], oh = kept_low[k] ? hi[k] : l; /* the partner's range */
-        RING_CHECK(exchange(comm, mydesc, real_rank(pv, rem), 1, acc + l * es, (h - l) * es, 1, acc + ol * es, (oh - ol) * es,
+        RING_CHECK(exchange(comm, mydesc, ring__rd_real_rank(pv, rem), 1, acc + l * es, (h - l) * es, 1, acc + ol * es, (oh - ol) * es,
                             "recursive-halving partner"));
         l = lo[k], h = hi[k];
     }

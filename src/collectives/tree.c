@@ -29,20 +29,12 @@
 
 #define MAX_CHILDREN 33
 
-static int pow2_floor(int n)
-{
-    int p = 1;
-    while (p <= n / 2) p *= 2;
-    return p;
-}
-
-static int real_rank(int v, int rem) { return v < rem ? 2 * v + 1 : v + rem; }
 static int virt_rank(int r, int rem) { return r < 2 * rem ? r / 2 : r - rem; }
 
 /* Parent (-1 for the root) and children, in sending order, of rank r in the tree of root. */
 static int tree_of(int r, int n, int root, int *parent, int *children)
 {
-    const int p = pow2_floor(n), rem = n - p;
+    const int p = ring__pow2_floor(n), rem = n - p;
     int nc = 0;
     *parent = -1;
     /* The hypercube's root: the root itself, or its odd partner if the root is folded out. */
@@ -55,8 +47,8 @@ static int tree_of(int r, int n, int root, int *parent, int *children)
     if (r == hroot && r != root) *parent = root;
     int v = virt_rank(r, rem), rel = v ^ virt_rank(hroot, rem);
     int low = rel ? rel & -rel : p; /* children below this bit */
-    if (rel) *parent = real_rank(v ^ low, rem);
-    for (int m = low / 2; m >= 1; m /= 2) children[nc++] = real_rank(v ^ m, rem);
+    if (rel) *parent = ring__rd_real_rank(v ^ low, rem);
+    for (int m = low / 2; m >= 1; m /= 2) children[nc++] = ring__rd_real_rank(v ^ m, rem);
     if (r < 2 * rem && r - 1 != root) children[nc++] = r - 1;
     return nc;
 }
