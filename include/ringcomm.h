@@ -192,6 +192,23 @@ RING_API ring_result_t ring_wait(ring_request_t *req);
 /* *done = 1 once req completed; the return value is then the operation's result. Never frees. */
 RING_API ring_result_t ring_test(ring_request_t *req, int *done);
 
+/*
+ * Buffer registration, as ncclCommRegister: optional, and local (ranks need not agree).
+ * On a verbs (RDMA) connection, a message whose source buffer on the sending rank and
+ * destination buffer on the receiving rank are both registered is written by the HCA
+ * straight from one into the other, with no staging copy on either side (all-gather and the
+ * all-gather half of all-reduce, for messages of 32 KiB and more). Unregistered buffers go
+ * through the transport's own registered slots. Over TCP and shared memory registering
+ * changes nothing and costs nothing, so portable code may always register.
+ * Rules (the library cannot see free() or munmap()): keep the memory allocated until
+ * ring_comm_deregister returns; do not deregister while an operation using the buffer is in
+ * flight. ring_comm_destroy releases registrations still there. Registering pins the pages:
+ * the locked-memory limit (ulimit -l) applies.
+ */
+typedef struct ring_reg ring_reg_t; /* opaque */
+RING_API ring_result_t ring_comm_register(ring_comm_t *comm, void *buf, size_t bytes, ring_reg_t **handle);
+RING_API ring_result_t ring_comm_deregister(ring_comm_t *comm, ring_reg_t *handle);
+
 #ifdef __cplusplus
 }
 #endif

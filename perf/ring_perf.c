@@ -92,6 +92,7 @@ typedef struct {
     pc_opts_t pc; /* sizes, iterations, check, in-place, output, dtype, op, model, -A, -G */
     pc_coll_t coll;
     int root, async;
+    int reg; /* -R 1: ring_comm_register the sweep's buffers */
 } opts_t;
 
 static ring_comm_t *g_comm;
@@ -141,6 +142,8 @@ static void usage(FILE *f, const char *argv0)
             "  -I 0|1     in-place (default 0)\n"
             "  -a 0|1     use the _async API followed by ring_wait (default 0; the ps baseline is\n"
             "             always blocking)\n"
+            "  -R 0|1     register the buffers with ring_comm_register (default 0; over verbs,\n"
+            "             registered buffers are written straight into each other)\n"
             PC_USAGE_OUTPUT
             "  --no-probe        do not measure alpha and the link bandwidth before the sweep; the\n"
             "                    model columns then need --alpha-us and --link-gbps (the barrier: alpha)\n"
@@ -508,9 +511,9 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
     gethostname(host, sizeof host - 1);
     fprintf(f,
             "# nranks %d  host %s  collective %s  algo %s  dtype %s  op %s  root %d  in-place %d  async %d  "
-            "check %d  memory host\n",
+            "check %d  memory host%s\n",
             g_nranks, host, pc_coll_name(o->coll), algos_name(o->pc.algos), pc_dtype_name(o->pc.dtype),
-            pc_op_name(o->pc.op), o->root, o->pc.inplace, o->async, o->pc.check);
+            pc_op_name(o->pc.op), o->root, o->pc.inplace, o->async, o->pc.check, o->reg ? " (registered)" : "");
     pc_print_sweep(f, &o->pc);
     library_string(lib, sizeof lib);
     fprintf(f, "# %s\n", lib);
@@ -769,12 +772,13 @@ int main(int argc, char **argv)
                                              {NULL, 0, NULL, 0}};
     int ch;
     const char *err;
-    while ((ch = getopt_long(argc, argv, "C:A:G:b:e:f:i:n:w:c:d:o:r:I:a:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "C:A:G:b:e:f:i:n:w:c:d:o:r:I:a:R:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 'C':
             if (pc_parse_coll(optarg, &o.coll)) bad_arg(argv[0], "unknown collective", optarg);
             break;
         case 'a': if (pc_parse_int(optarg, 0, 1, &o.async)) bad_arg(argv[0], "-a needs 0 or 1", optarg); break;
+        case 'R': if (pc_parse_int(optarg, 0, 1, &o.reg)) bad_arg(argv[0], "-R needs 0 or 1", optarg); break;
         case 'r': if (pc_parse_int(optarg, 0, 1 << 20, &o.root)) bad_arg(argv[0], "bad root for -r", optarg); break;
         case 'h': usage(stdout, argv[0]); return 0;
         default:
@@ -845,6 +849,18 @@ int main(int argc, char **argv)
     unsigned char *sbuf = alloc_buf(send_bytes), *rbuf = alloc_buf(recv_bytes);
     double *times = malloc(sizeof(double) * (size_t)o.pc.iters);
     if (!times) die_msg("out of memory");
+    ring_reg_t *regs[2] = {NULL, NULL};
+    for (int i = 0; i < 2 && o.reg; i++) {
+        void *b = i ? (void *)rbuf : (void *)sbuf;
+        size_t nb = i ? recv_bytes : send_bytes;
+        if (!b || !nb) continue;
+        r = ring_comm_register(g_comm, b, nb, &regs[i]);
+        if (r != RING_OK) {
+            fprintf(stderr, "ring_perf: rank %d: ring_comm_register failed: %s (%s): %s\n", g_rank, ring_strerror(r),
+                    ring_result_name(r), ring_comm_last_error(g_comm));
+            return 2;
+        }
+    }
     /* Initial data: the check pattern (valid for out-of-place allreduce/reduce_scatter at any size). */
     if (o.coll == PC_COLL_ALLREDUCE || o.coll == PC_COLL_REDUCE_SCATTER)
         pc_fill(sbuf, send_bytes / sz, dt, &gen, g_rank, 0);
@@ -861,6 +877,9 @@ int main(int argc, char **argv)
         if (o.pc.algos & PC_ALGO_BIT(a)) wrong_total += sweep(&sw, (pc_algo_t)a);
     if (is_root && o.pc.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
 
+    for (int i = 0; i < 2; i++)
+        if (regs[i] && ring_comm_deregister(g_comm, regs[i]) != RING_OK)
+            fprintf(stderr, "ring_perf: rank %d: ring_comm_deregister: %s\n", g_rank, ring_comm_last_error(g_comm));
     free(times);
     free(sbuf);
     free(rbuf);

@@ -7,8 +7,15 @@ cd "$(dirname "$0")/.."
 
 # libhwloc-dev: topology (src/topo); libudev-dev: hwloc's static library needs -ludev, so a
 # program that links libringcomm.a (pkg-config --static) links.
+# libibverbs-dev: the RDMA verbs transport (-Drdma=auto finds it). The soft-RoCE test bed
+# (tests/rdma/run-in-vm.sh, a QEMU guest with rdma_rxe, since this kernel has no RDMA) needs
+# qemu-system-x86, and cpio, kmod, xz-utils and util-linux (flock) to build its initramfs;
+# the guest runs the host's own programs: iproute2's rdma(8), ibverbs-providers (librxe),
+# ibverbs-utils and perftest (ibv_rc_pingpong, ib_write_bw).
 pkgs=(gcc g++ make meson ninja-build pkg-config libcriterion-dev openmpi-bin libopenmpi-dev python3
-      gnuplot-nox iproute2 clang libclang-rt-14-dev libhwloc-dev libudev-dev)
+      gnuplot-nox iproute2 clang libclang-rt-14-dev libhwloc-dev libudev-dev
+      libibverbs-dev ibverbs-providers ibverbs-utils perftest
+      qemu-system-x86 cpio kmod xz-utils util-linux)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

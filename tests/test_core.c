@@ -414,6 +414,39 @@ Test(comm, init_argument_errors)
     cr_assert_eq(ring_wait(NULL), RING_ERR_INVALID_ARG);
 }
 
+/* Registration is local and optional: without a verbs transport it records the buffer and
+ * changes nothing, and its errors are the usual ones. ASan's leak check covers destroy with
+ * registrations left. */
+Test(comm, register_and_deregister_buffers)
+{
+    ring_comm_t *c = NULL, *d = NULL;
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    float buf[256], out[256];
+    for (int i = 0; i < 256; i++) buf[i] = (float)i;
+    ring_reg_t *h = NULL, *h2 = NULL, *h3 = NULL;
+    cr_assert_eq(ring_comm_register(c, buf, sizeof buf, &h), RING_OK, "%s", ring_comm_last_error(c));
+    cr_assert_not_null(h);
+    cr_assert_eq(ring_comm_register(c, out, sizeof out, &h2), RING_OK);
+    cr_assert_eq(ring_allreduce(c, buf, out, 256, RING_FLOAT32, RING_SUM), RING_OK, "%s", ring_comm_last_error(c));
+    cr_assert_eq(out[255], 255.0f);
+    cr_assert_eq(ring_comm_register(c, NULL, 8, &h3), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_comm_register(c, buf, 0, &h3), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_comm_register(c, buf, 8, NULL), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_comm_register(NULL, buf, 8, &h3), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_comm_deregister(c, h), RING_OK);
+    cr_assert_eq(ring_comm_deregister(c, h2), RING_OK);
+    /* A handle of another communicator is refused, not freed. */
+    cr_assert_eq(ring_comm_init(&d, 1, 0, NULL), RING_OK);
+    cr_assert_eq(ring_comm_register(d, buf, sizeof buf, &h3), RING_OK);
+    cr_assert_eq(ring_comm_deregister(c, h3), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(c), "not a registration of this communicator"), "%s", ring_comm_last_error(c));
+    cr_assert_eq(ring_comm_deregister(NULL, h3), RING_ERR_INVALID_ARG);
+    /* Left registered: destroy releases it. */
+    cr_assert_eq(ring_comm_register(c, out, sizeof out, &h), RING_OK);
+    cr_assert_eq(ring_comm_destroy(c), RING_OK);
+    cr_assert_eq(ring_comm_destroy(d), RING_OK);
+}
+
 Test(comm, unreachable_root_fails_with_a_named_address_within_the_timeout)
 {
     clear_env();

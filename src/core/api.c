@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/coll.h"
+#include "cuda/mem.h"
 #include "engine.h"
 #include "param.h"
 #include "reduce.h"
@@ -83,6 +85,12 @@ static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     if (rc != RING_OK) return rc;
     if (async && !reqp)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
+    /* Where the buffers live (src/cuda/mem.h): host, pinned and managed memory go on
+     * unchanged; device memory is refused unless this build has a device path for the call. */
+    if (op->coll != RING__COLL_BARRIER && op->count) {
+        rc = ring__mem_check_op(comm, op);
+        if (rc != RING_OK) return rc;
+    }
     return ring__submit(comm, op, async ? reqp : NULL);
 }
 
@@ -127,6 +135,10 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
 
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
+#if RING_HAVE_CUDA
+    /* Device buffers (src/cuda/coll.c): accepted at issue time, run here. */
+    if (op->mem_device) return ring__cuda_run_op(comm, op);
+#endif
     if (comm->nranks == 1) {
         /* One rank: the result is the input (x / 1 == x for AVG in every type). */
         size_t bytes = op->count * ring_dtype_size(op->dtype);

@@ -21,6 +21,9 @@ typedef struct ring__peer_info {
 
 /* This rank takes shared memory from same-host peers (RING_TRANSPORT is not tcp). */
 #define RING__PEER_SHM 1u
+/* This rank has a verbs port and takes RDMA from peers on other hosts (or from all peers with
+ * RING_TRANSPORT=rdma). */
+#define RING__PEER_RDMA 2u
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */

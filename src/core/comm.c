@@ -25,6 +25,7 @@
 #include "net.h"
 #include "p2p.h"
 #include "param.h"
+#include "rdma.h"
 #include "topo.h"
 #include "transport.h"
 #include "watch.h"
@@ -162,6 +163,14 @@ ring_result_t ring_test(ring_request_t *req, int *done)
     return *done ? req->result : RING_OK;
 }
 
+/* A ring_comm_register handle. */
+struct ring_reg {
+    void *buf;
+    size_t bytes;
+    void *mh; /* the verbs registration, NULL where no transport needs one */
+    struct ring_reg *next;
+};
+
 static void release_network(ring_comm_t *comm)
 {
     if (comm->tp) {
@@ -174,6 +183,11 @@ static void release_network(ring_comm_t *comm)
     }
     ring__shm_transport.fini(comm->shm_ctx);
     comm->shm_ctx = NULL;
+#if RING_HAVE_RDMA
+    /* After the connections: their queue pairs and registrations belong to its device. */
+    if (comm->rdma_ctx) ring__rdma_transport.fini(comm->rdma_ctx);
+#endif
+    comm->rdma_ctx = NULL;
     free(comm->conn_send);
     free(comm->conn_recv);
     free(comm->peers);
@@ -337,7 +351,13 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         snprintf(mine.host, sizeof mine.host, "%s", comm->params.host_id);
         snprintf(mine.bootid, sizeof mine.bootid, "RING_HOST_ID");
     }
-    if (comm->params.transport != RING__TP_TCP) {
+#if RING_HAVE_RDMA
+    if (comm->params.transport == RING__TP_AUTO || comm->params.transport == RING__TP_RDMA) {
+        RING_CHECK(ring__rdma_transport.init(comm, &comm->rdma_ctx));
+        if (comm->rdma_ctx) mine.flags |= RING__PEER_RDMA;
+    }
+#endif
+    if (comm->params.transport == RING__TP_AUTO || comm->params.transport == RING__TP_SHM) {
         RING_CHECK(ring__shm_transport.init(comm, &comm->shm_ctx));
         mine.flags |= RING__PEER_SHM;
         int swept = ring__shm_sweep(comm->params.shm_dir);
@@ -524,7 +544,12 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     while (comm->busy) pthread_cond_wait(&comm->cv_done, &comm->mu);
     pthread_mutex_unlock(&comm->mu);
     ring__watch_stop(comm);
-    release_network(comm);
+    release_network(comm); /* drops the verbs registrations with their device */
+    while (comm->regs) {
+        struct ring_reg *n = comm->regs->next;
+        free(comm->regs);
+        comm->regs = n;
+    }
     while (comm->live) {
         struct ring_request *n = comm->live->live_next;
         free(comm->live);
@@ -540,6 +565,53 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     pthread_mutex_destroy(&comm->err_mu);
     pthread_mutex_destroy(&comm->star_mu);
     free(comm);
+    return RING_OK;
+}
+
+ring_result_t ring_comm_register(ring_comm_t *comm, void *buf, size_t bytes, ring_reg_t **handle)
+{
+    ring_result_t rc = RING_OK;
+    struct ring_reg *r = NULL;
+    if (!comm || !handle) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_register: comm or handle is NULL");
+    *handle = NULL;
+    if (!ring__comm_live(comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_register: not a live communicator (destroyed?)");
+    if (!buf || !bytes) return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_comm_register: NULL buffer or 0 bytes");
+    if (!(r = calloc(1, sizeof *r))) return ring__seterr(comm, RING_ERR_NOMEM, "ring_comm_register: out of memory");
+    r->buf = buf;
+    r->bytes = bytes;
+#if RING_HAVE_RDMA
+    if (comm->rdma_ctx) RING_CHECK(ring__rdma_transport.reg_mem(comm->rdma_ctx, buf, bytes, &r->mh));
+#endif
+    pthread_mutex_lock(&comm->mu);
+    r->next = comm->regs;
+    comm->regs = r;
+    pthread_mutex_unlock(&comm->mu);
+    *handle = r;
+    r = NULL;
+fail:
+    free(r);
+    return rc;
+}
+
+ring_result_t ring_comm_deregister(ring_comm_t *comm, ring_reg_t *handle)
+{
+    if (!comm || !handle) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_deregister: comm or handle is NULL");
+    if (!ring__comm_live(comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_deregister: not a live communicator (destroyed?)");
+    pthread_mutex_lock(&comm->mu);
+    struct ring_reg **pp = &comm->regs;
+    while (*pp && *pp != handle) pp = &(*pp)->next;
+    int found = *pp != NULL;
+    if (found) *pp = handle->next;
+    pthread_mutex_unlock(&comm->mu);
+    if (!found)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                            "ring_comm_deregister: not a registration of this communicator (deregistered twice?)");
+#if RING_HAVE_RDMA
+    if (handle->mh) ring__rdma_transport.dereg_mem(comm->rdma_ctx, handle->mh);
+#endif
+    free(handle);
     return RING_OK;
 }
 

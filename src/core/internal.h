@@ -51,6 +51,10 @@ typedef struct ring__opdesc {
     ring_op_t op;
     int root;
     uint64_t seq; /* per-communicator sequence number, assigned at issue time */
+    /* CUDA (src/cuda/mem.h): 1 when sendbuf/recvbuf are device memory of CUDA device `device`
+     * and the call runs on the device path (src/cuda/coll.c); 0 (host-accessible) otherwise. */
+    int mem_device;
+    int device;
 } ring__opdesc_t;
 
 struct ring_request {
@@ -70,8 +74,9 @@ struct ring__bootstrap;
  * recursive doubling (all-reduce, barrier) and the binomial tree (broadcast, RING__ALGO_TREE
  * in descriptors and perf output). */
 enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_TREE, RING__ALGO_RH };
-/* Transport between two ranks on one host (RING_TRANSPORT). */
-enum { RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM };
+/* Transport (RING_TRANSPORT): auto = shared memory inside a host, verbs between hosts where
+ * both have a port, TCP otherwise. */
+enum { RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA };
 
 typedef struct ring__params {
     int timeout_ms;
@@ -88,6 +93,7 @@ typedef struct ring__params {
     size_t rh_max_bytes;   /* auto: recursive halving above rd_max up to this many bytes (RING_RH_MAX_BYTES) */
     int rh_max_set;
     int transport;        /* RING__TP_*: RING_TRANSPORT */
+    int ib_qps;           /* RING_IB_QPS_PER_PEER: queue pairs per verbs connection */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
     char host_id[64];     /* RING_HOST_ID: stands in for host name and boot id, "" = the real ones */
     uint8_t secret[16];
@@ -145,6 +151,8 @@ struct ring_comm {
     void *tp_ctx;
     void *lcomm;
     void *shm_ctx; /* shared-memory transport (shm.c); connections to same-host peers upgrade to it */
+    void *rdma_ctx; /* verbs transport (rdma.c), NULL without a usable port; other-host peers upgrade to it */
+    struct ring_reg *regs; /* ring_comm_register handles not yet deregistered (guarded by mu) */
     /* Topology (src/topo): the process's view of the machine (NULL if unreadable) and this
      * communicator's placement (NULL with one rank): NIC, NUMA node of buffers, progress
      * thread CPUs. */

@@ -21,6 +21,7 @@
 #include "bootstrap.h"
 #include "log.h"
 #include "p2p.h"
+#include "rdma.h"
 #include "topo.h"
 #include "transport.h"
 #include "watch.h"
@@ -64,10 +65,23 @@ static int want_shm(const ring_comm_t *comm, int p)
            ring__topo_same_host(&comm->peers[comm->rank], &comm->peers[p]);
 }
 
-/* RING_TRANSPORT=shm on this rank: a peer that cannot be reached through shared memory is a
+/* Verbs: every peer with RING_TRANSPORT=rdma; with auto, peers on other hosts (inside a host
+ * shared memory is faster than a loop through the HCA) when both ranks have a port. */
+static int want_rdma(const ring_comm_t *comm, int p)
+{
+    if (!comm->rdma_ctx || !(comm->peers[p].flags & RING__PEER_RDMA)) return 0;
+    return comm->params.transport == RING__TP_RDMA || !want_shm(comm, p);
+}
+
+/* RING_TRANSPORT=shm or rdma on this rank: a peer that cannot be reached that way is a
  * configuration error, said at once rather than a silent fall back to TCP. */
 static ring_result_t check_forced(ring_comm_t *comm, int p)
 {
+    if (comm->params.transport == RING__TP_RDMA && p != comm->rank && !want_rdma(comm, p))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                            "RING_TRANSPORT=rdma, but rank %d (on %s) does not take verbs (no active port there, or its "
+                            "RING_TRANSPORT is not auto or rdma)",
+                            p, comm->peers[p].host);
     if (comm->params.transport != RING__TP_SHM || p == comm->rank || want_shm(comm, p)) return RING_OK;
     const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[p];
     if (!(b->flags & RING__PEER_SHM))
@@ -88,9 +102,13 @@ static ring_result_t step_conn(ring_comm_t *comm, int p, int is_send, int *ready
         else RING_CHECK(comm->tp->accept(comm->lcomm, p, slot));
         if (!*slot) return RING_OK;
     }
-    if (ring__tp_of(*slot) == comm->tp && want_shm(comm, p)) {
+    if (ring__tp_of(*slot) == comm->tp && (want_rdma(comm, p) || want_shm(comm, p))) {
         void *up = NULL;
-        rc = ring__shm_transport.upgrade(comm->shm_ctx, *slot, p, is_send, &up);
+#if RING_HAVE_RDMA
+        if (want_rdma(comm, p)) rc = ring__rdma_transport.upgrade(comm->rdma_ctx, *slot, p, is_send, &up);
+        else
+#endif
+            rc = ring__shm_transport.upgrade(comm->shm_ctx, *slot, p, is_send, &up);
         if (rc != RING_OK) goto fail;
         if (!up) return RING_OK;
         *slot = up;
@@ -128,6 +146,9 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
         }
         if (!missing) {
             if (comm->shm_ctx) RING_CHECK(ring__shm_forced_result(comm->shm_ctx));
+#if RING_HAVE_RDMA
+            if (comm->rdma_ctx) RING_CHECK(ring__rdma_forced_result(comm->rdma_ctx));
+#endif
             break;
         }
         if (atomic_load(&comm->aborted)) {
@@ -149,12 +170,15 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
                               "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s%s",
                               comm->params.timeout_ms, missing, send ? "connection to" : "connection from", d,
-                              c ? " (stuck in the shared-memory handshake)" : "");
+                              c ? " (stuck in the shared-memory or verbs handshake)" : "");
             goto fail;
         }
         struct pollfd fds[MAX_FDS];
         int nf = tp->listen_pollfds(comm->lcomm, fds, MAX_FDS - 1);
         if (comm->shm_ctx) nf += ring__shm_transport.upgrade_pollfds(comm->shm_ctx, fds + nf, MAX_FDS - 1 - nf);
+#if RING_HAVE_RDMA
+        if (comm->rdma_ctx) nf += ring__rdma_transport.upgrade_pollfds(comm->rdma_ctx, fds + nf, MAX_FDS - 1 - nf);
+#endif
         fds[nf++] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
         poll(fds, (nfds_t)nf, 10);
     }

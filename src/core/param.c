@@ -198,8 +198,20 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     if (tpn && *tpn) {
         if (!strcmp(tpn, "tcp")) p->transport = RING__TP_TCP;
         else if (!strcmp(tpn, "shm")) p->transport = RING__TP_SHM;
+        else if (!strcmp(tpn, "rdma")) p->transport = RING__TP_RDMA;
         else if (strcmp(tpn, "auto") != 0)
-            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_TRANSPORT=\"%s\": expected auto, tcp or shm", tpn);
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_TRANSPORT=\"%s\": expected auto, tcp, shm or rdma", tpn);
+#if !RING_HAVE_RDMA
+        if (p->transport == RING__TP_RDMA)
+            return ring__seterr(NULL, RING_ERR_UNSUPPORTED,
+                                "RING_TRANSPORT=rdma, but this build has no verbs transport (built without libibverbs, "
+                                "or with -Drdma=disabled)");
+#endif
+    }
+    {
+        long long q = 1;
+        RING_CHECK(env_int("RING_IB_QPS_PER_PEER", 1, 8, &q));
+        p->ib_qps = (int)q;
     }
     const char *hid = getenv("RING_HOST_ID");
     if (hid && *hid) {

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "msgq.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -97,7 +98,7 @@ typedef struct seg_ctl {
 } seg_ctl;
 
 typedef struct shm_ctx shm_ctx;
-typedef struct shm_req shm_req;
+typedef ring__mq_req_t shm_req;
 
 typedef struct shm_conn {
     ring__conn_t base; /* first: the transport table */
@@ -114,22 +115,11 @@ typedef struct shm_conn {
     uint64_t freed;   /* receiver: slots freed (= tail) */
     uint64_t seen;    /* receiver: head last read; sender: tail last read */
     uint8_t *done_at; /* receiver: slot read and released, waiting for the ones before it */
-    uint32_t seq;     /* messages posted */
-    shm_req *qh, *qt; /* posted, not yet fully moved, in order */
-    shm_req *free_reqs, *all_reqs;
+    ring__mq_t q;     /* messages posted, in order */
     ring_result_t failed;
     char desc[160];
 } shm_conn;
 
-struct shm_req {
-    shm_conn *c;
-    char *buf;
-    size_t len, done;
-    uint32_t seq;
-    int zc, moved, first;
-    uint64_t slot;
-    shm_req *next, *next_free, *next_all;
-};
 
 /* A connection being upgraded: what one side of the OFFER/ACK exchange still has to do. */
 typedef struct up {
@@ -383,23 +373,6 @@ static ring_result_t conn_from(shm_ctx *ctx, up *u, shm_conn **out)
     return RING_OK;
 }
 
-/* Move the OFFER or ACK bytes of u on its socket. 1: all moved, 0: not yet, -1: error (errno). */
-static int io_step(up *u, size_t len, int is_write)
-{
-    while (u->io < len) {
-        ssize_t n = is_write ? send(u->fd, u->msg + u->io, len - u->io, MSG_NOSIGNAL | MSG_DONTWAIT)
-                             : recv(u->fd, u->msg + u->io, len - u->io, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-        if (n <= 0) {
-            if (n == 0) errno = ECONNRESET;
-            return -1;
-        }
-        u->io += (size_t)n;
-    }
-    return 1;
-}
-
 static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, void **out)
 {
     shm_ctx *ctx = vctx;
@@ -430,11 +403,11 @@ static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, 
             make_segment(ctx, u);
             u->state = S_OFFER_IO;
         }
-        if (u->state == S_OFFER_IO && (r = io_step(u, OFFER_LEN, 1)) == 1) {
+        if (u->state == S_OFFER_IO && (r = ring__mq_io(u->fd, u->msg, OFFER_LEN, &u->io, 1)) == 1) {
             u->state = S_ACK_IO;
             u->io = 0;
         }
-        if (r == 1 && u->state == S_ACK_IO && (r = io_step(u, ACK_LEN, 0)) == 1) {
+        if (r == 1 && u->state == S_ACK_IO && (r = ring__mq_io(u->fd, u->msg, ACK_LEN, &u->io, 0)) == 1) {
             if (ring__get32(u->msg) != ACK_MAGIC) {
                 rc = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: garbage from rank %d where a segment ACK was expected", peer);
                 goto fail;
@@ -447,7 +420,7 @@ static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, 
             u->state = S_DONE;
         }
     } else {
-        if (u->state == S_START && (r = io_step(u, OFFER_LEN, 0)) == 1) {
+        if (u->state == S_START && (r = ring__mq_io(u->fd, u->msg, OFFER_LEN, &u->io, 0)) == 1) {
             if (ring__get32(u->msg) != OFFER_MAGIC) {
                 rc = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: garbage from rank %d where a segment OFFER was expected", peer);
                 goto fail;
@@ -468,7 +441,7 @@ static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, 
             u->io = 0;
             u->state = S_ACK_IO;
         }
-        if (r == 1 && u->state == S_ACK_IO && (r = io_step(u, ACK_LEN, 1)) == 1) u->state = S_DONE;
+        if (r == 1 && u->state == S_ACK_IO && (r = ring__mq_io(u->fd, u->msg, ACK_LEN, &u->io, 1)) == 1) u->state = S_DONE;
     }
     if (r < 0) {
         rc = ring__seterr_errno(comm, RING_ERR_PEER, errno, "shm: connection with rank %d lost during the shared-memory handshake",
@@ -544,28 +517,8 @@ static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
     shm_conn *c = vc;
     *rp = NULL;
     if (c->failed) return c->failed;
-    shm_req *r = c->free_reqs;
-    if (r) {
-        c->free_reqs = r->next_free;
-    } else {
-        r = calloc(1, sizeof *r);
-        if (!r) return c->failed = ring__seterr(c->ctx->comm, RING_ERR_NOMEM, "shm: out of memory");
-        r->next_all = c->all_reqs;
-        c->all_reqs = r;
-    }
-    r->c = c;
-    r->buf = buf;
-    r->len = len;
-    r->done = 0;
-    r->zc = !c->is_send && !buf;
-    r->moved = 0;
-    r->first = 1;
-    r->seq = c->seq++;
-    r->next = NULL;
-    if (c->qt) c->qt->next = r;
-    else c->qh = r;
-    c->qt = r;
-    *rp = r;
+    if (!(*rp = ring__mq_post(&c->q, c, buf, len, c->is_send)))
+        return c->failed = ring__seterr(c->ctx->comm, RING_ERR_NOMEM, "shm: out of memory");
     return RING_OK;
 }
 
@@ -586,17 +539,11 @@ static ring_result_t shm_irecv(void *vc, void *buf, size_t len, void *mh, void *
     return post(c, buf, len, rp);
 }
 
-static void pop(shm_conn *c)
-{
-    c->qh = c->qh->next;
-    if (!c->qh) c->qt = NULL;
-}
-
 static ring_result_t send_progress(shm_conn *c, int *moved)
 {
     int published = 0;
-    while (c->qh) {
-        shm_req *r = c->qh;
+    while (c->q.qh) {
+        shm_req *r = c->q.qh;
         while (r->first || r->done < r->len) {
             if (c->next - c->seen >= c->nslots) {
                 c->seen = atomic_load_explicit(&c->ctl->tail, memory_order_acquire);
@@ -613,7 +560,7 @@ static ring_result_t send_progress(shm_conn *c, int *moved)
             published = 1;
         }
         r->moved = 1;
-        pop(c);
+        ring__mq_pop(&c->q);
     }
 out:
     if (published) {
@@ -641,8 +588,8 @@ static void free_slot(shm_conn *c, uint64_t slot)
 static ring_result_t recv_progress(shm_conn *c, int *moved)
 {
     ring_comm_t *comm = c->ctx->comm;
-    while (c->qh) {
-        shm_req *r = c->qh;
+    while (c->q.qh) {
+        shm_req *r = c->q.qh;
         while (r->first || r->done < r->len) {
             if (c->next == c->seen) {
                 c->seen = atomic_load_explicit(&c->ctl->head, memory_order_acquire);
@@ -653,17 +600,8 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
                                                 c->desc, (unsigned long long)c->seen, (unsigned long long)c->freed);
             uint32_t i = (uint32_t)(c->next % c->nslots);
             slot_hdr h = c->ctl->slots[i];
-            if (h.seq != r->seq)
-                return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: message %u from %s arrived while %u was expected",
-                                                h.seq, c->desc, r->seq);
-            if (h.msg_len != r->len)
-                return c->failed = ring__seterr(comm, RING_ERR_MISMATCH,
-                                                "shm: message %u from %s is %llu bytes, this rank expected %zu "
-                                                "(ranks disagree on count, dtype or collective)",
-                                                r->seq, c->desc, (unsigned long long)h.msg_len, r->len);
-            if (h.off != r->done)
-                return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: message %u from %s: piece at %llu, expected %zu",
-                                                r->seq, c->desc, (unsigned long long)h.off, r->done);
+            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h.seq, h.msg_len, h.off);
+            if (rc != RING_OK) return c->failed = rc;
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
             r->first = 0;
             *moved = 1;
@@ -677,7 +615,7 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
             free_slot(c, c->next++);
         }
         r->moved = 1;
-        pop(c);
+        ring__mq_pop(&c->q);
     }
     return RING_OK;
 }
@@ -695,14 +633,9 @@ static ring_result_t shm_progress(void *vc, int *moved)
 static ring_result_t shm_test(void *vr, int *done)
 {
     shm_req *r = vr;
-    shm_conn *c = r->c;
-    *done = r->moved;
-    if (!r->moved) return c->failed;
-    if (!r->zc) {
-        r->next_free = c->free_reqs;
-        c->free_reqs = r;
-    }
-    return RING_OK;
+    shm_conn *c = r->conn;
+    *done = ring__mq_test(&c->q, r);
+    return *done ? RING_OK : c->failed;
 }
 
 static size_t shm_zc_max(void *vc)
@@ -714,22 +647,22 @@ static size_t shm_zc_max(void *vc)
 static const void *shm_zc_data(void *vr)
 {
     shm_req *r = vr;
-    return r->c->data + (size_t)(r->slot % r->c->nslots) * r->c->slot_bytes;
+    shm_conn *c = r->conn;
+    return c->data + (size_t)(r->slot % c->nslots) * c->slot_bytes;
 }
 
 static void shm_zc_release(void *vr)
 {
     shm_req *r = vr;
-    shm_conn *c = r->c;
+    shm_conn *c = r->conn;
     free_slot(c, r->slot);
-    r->next_free = c->free_reqs;
-    c->free_reqs = r;
+    ring__mq_recycle(&c->q, r);
 }
 
 /* Can a pending operation still complete if the peer is gone? */
 static int stuck(shm_conn *c)
 {
-    if (!c->qh) return 0;
+    if (!c->q.qh) return 0;
     if (c->is_send) return c->next - atomic_load_explicit(&c->ctl->tail, memory_order_acquire) >= c->nslots;
     return c->next == atomic_load_explicit(&c->ctl->head, memory_order_acquire);
 }
@@ -737,15 +670,7 @@ static int stuck(shm_conn *c)
 /* Read doorbells; notice an orderly close of the socket (the peer exited). */
 static void drain(shm_conn *c)
 {
-    char b[64];
-    for (;;) {
-        ssize_t n = recv(c->fd, b, sizeof b, MSG_DONTWAIT);
-        if (n > 0) continue;
-        if (n < 0 && errno == EINTR) continue;
-        if (n == 0) c->peer_closed = 1;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) c->peer_closed = 1;
-        return;
-    }
+    if (ring__mq_drain(c->fd)) c->peer_closed = 1;
 }
 
 static ring_result_t gone_check(shm_conn *c)
@@ -765,7 +690,7 @@ static int shm_pollfds(void *vc, struct pollfd *fds, int max)
     drain(c);
     if (gone_check(c) != RING_OK) return -1;
     if (c->peer_closed) return 0;
-    if (c->qh) {
+    if (c->q.qh) {
         _Atomic uint32_t *flag = c->is_send ? &c->ctl->tx_sleep : &c->ctl->rx_sleep;
         atomic_store_explicit(flag, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
@@ -788,11 +713,7 @@ static void shm_close(void *vc)
     if (!c) return;
     if (c->fd >= 0) close(c->fd);
     if (c->seg) munmap(c->seg, c->seg_bytes);
-    while (c->all_reqs) {
-        shm_req *n = c->all_reqs->next_all;
-        free(c->all_reqs);
-        c->all_reqs = n;
-    }
+    ring__mq_free(&c->q);
     free(c->done_at);
     free(c);
 }
@@ -825,29 +746,12 @@ int ring__shm_sweep(const char *dir)
     return removed;
 }
 
-static ring_result_t no_listen(void *ctx, ring__tp_addr_t *addr, void **l)
-{
-    (void)addr;
-    (void)l;
-    shm_ctx *c = ctx;
-    return ring__seterr(c->comm, RING_ERR_INTERNAL, "shm: connections are upgrades of TCP ones, not listened for");
-}
-
-static ring_result_t no_connect(void *ctx, const ring__tp_addr_t *addr, int peer, void **s)
-{
-    (void)addr;
-    (void)peer;
-    (void)s;
-    shm_ctx *c = ctx;
-    return ring__seterr(c->comm, RING_ERR_INTERNAL, "shm: connections are upgrades of TCP ones");
-}
-
 const ring__transport_t ring__shm_transport = {
     .name = "shm",
     .init = shm_init,
     .fini = shm_fini,
-    .listen = no_listen,
-    .connect = no_connect,
+    .listen = ring__mq_no_listen,
+    .connect = ring__mq_no_connect,
     .isend = shm_isend,
     .irecv = shm_irecv,
     .progress = shm_progress,

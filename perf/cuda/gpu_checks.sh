@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The GPU checks of the CUDA code (docs/cuda.md), in one command, on a machine with an NVIDIA
+# GPU, nvcc, meson, ninja and a C compiler (Criterion, hwloc, MPI and a package mirror are not
+# needed):
+#
+#   perf/cuda/gpu_checks.sh [--build DIR] [--results DIR] [--steps LIST] [--no-bench] [--no-sanitizer]
+#
+# LIST: comma-separated steps below (default build,tests,sanitizer,allreduce,bench); the build
+# always runs (a no-op when up to date), so a session with a per-command time limit can run
+# `--steps tests,allreduce` and `--steps sanitizer,bench` as two commands.
+#
+#  1. build:      meson setup DIR -Dcuda=enabled -Drdma=disabled (release, no -Werror:
+#                 another machine's compilers may warn differently), ninja
+#  2. tests:      meson test --suite cuda: the kernel checks (perf/cuda/cuda_kernel_check, every
+#                 dtype x op against the host reduction), plus tests/test_cuda where Criterion
+#                 exists
+#  3. sanitizer:  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the kernel
+#                 checks (--quick: short lengths)
+#  4. allreduce:  device-buffer all-reduce over 2 and 4 local ranks (cuda_allreduce_check under
+#                 ringrun), where the build has the device path
+#  5. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
+#                 (target: ratio >= 0.9 at >= 256 MiB); reported, not a failure
+#
+# Logs go to DIR (default perf/results/cuda-<UTC date>-<GPU>/), at most 8 files so that a
+# remote session can bring them back: summary.txt (machine, GPU, driver, date, every command
+# and its result), build.log, tests.log, sanitizer.log, allreduce.log, bench.log.
+# Exit status: 0 when every check passed (the benchmark's ratio does not count), 77 when no
+# usable GPU was found (everything GPU-side skipped), else 1.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+build=build-gpu
+results=
+steps=tests,sanitizer,allreduce,bench
+while [ $# -gt 0 ]; do
+    case $1 in
+    --build) build=$2; shift 2 ;;
+    --results) results=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --no-bench) steps=${steps//bench/}; shift ;;
+    --no-sanitizer) steps=${steps//sanitizer/}; shift ;;
+    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    *) echo "gpu_checks.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+want() { [[ ",$steps," == *",$1,"* ]]; }
+bench=0
+sanitizer=0
+want bench && bench=1
+want sanitizer && sanitizer=1
+
+# nvcc and compute-sanitizer live here on NVIDIA's images; keep whatever PATH already has first.
+for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
+    [ -d "$d" ] && PATH=$PATH:$d
+done
+export PATH
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1)
+slug=$(printf '%s' "${gpu:-nogpu}" | tr -c 'A-Za-z0-9' '-' | tr -s '-' | sed 's/-$//')
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+[ -n "$results" ] || results=perf/results/cuda-$stamp-$slug
+mkdir -p "$results"
+results=$(cd "$results" && pwd)
+summary=$results/summary.txt
+failed=0
+gpu_skip=0
+
+{
+    echo "# ringcomm GPU checks (perf/cuda/gpu_checks.sh)"
+    echo "date:     $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "command:  $0 $*"
+    echo "host:     $(uname -n) $(uname -sr)"
+    echo "gpu:      ${gpu:-none found by nvidia-smi}"
+    echo "driver:   ${driver:-?}"
+    echo "nvcc:     $(nvcc --version 2>/dev/null | tail -n1 || echo missing)"
+    echo "cc:       $(${CC:-cc} --version 2>/dev/null | head -n1 || echo missing)"
+    echo "meson:    $(meson --version 2>/dev/null || echo missing), ninja $(ninja --version 2>/dev/null || echo missing)"
+    echo "revision: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown) $(git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
+    echo "sanitizer: $(command -v compute-sanitizer || echo missing)"
+    echo
+    nvidia-smi 2>&1 || true
+    echo
+    echo "# steps: status, seconds, log, command"
+} >"$summary"
+
+# step NAME LOG CMD...: run, append the output to LOG, record the result.
+step() {
+    local name=$1 log=$2
+    shift 2
+    local t0=$SECONDS rc
+    echo "==== $name: $*" | tee -a "$log"
+    "$@" >>"$log" 2>&1
+    rc=$?
+    local status=PASS
+    if [ $rc -eq 77 ]; then status=SKIP; gpu_skip=1; elif [ $rc -ne 0 ]; then status="FAIL(rc=$rc)"; failed=1; fi
+    printf '%-12s %-24s %5ss  %s  %s\n' "$status" "$name" $((SECONDS - t0)) "$(basename "$log")" "$*" | tee -a "$summary"
+    return $rc
+}
+
+build_it() {
+    # RDMA is not what these checks are about: leave it out of the build.
+    local opts=(-Dcuda=enabled -Drdma=disabled -Dbuildtype=release -Dlarge_tests=false)
+    if [ -d "$build/meson-private" ]; then meson setup --reconfigure "$build" "${opts[@]}"; else meson setup "$build" "${opts[@]}"; fi &&
+        ninja -C "$build"
+}
+if ! step build "$results/build.log" build_it; then
+    echo "build failed: $results/build.log" >&2
+    exit 1
+fi
+
+if want tests; then
+    step tests "$results/tests.log" meson test -C "$build" --suite cuda --print-errorlogs --num-processes 1
+    # The kernel checks' own report (GPU, cases per dtype) in the log, whatever meson shows.
+    step kernel-check "$results/tests.log" "$build/perf/cuda/cuda_kernel_check"
+fi
+
+if [ $sanitizer = 1 ]; then
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck synccheck initcheck; do
+            extra=()
+            [ $tool = memcheck ] && extra=(--leak-check full)
+            step "sanitizer-$tool" "$results/sanitizer.log" compute-sanitizer --tool $tool "${extra[@]}" \
+                --error-exitcode 3 "$build/perf/cuda/cuda_kernel_check" --quick
+        done
+    else
+        echo "SKIP         sanitizer                    compute-sanitizer not found" | tee -a "$summary"
+    fi
+fi
+
+# The device-buffer all-reduce across processes (built only where the device path is).
+if want allreduce && [ -x "$build/perf/cuda/cuda_allreduce_check" ]; then
+    for n in 2 4; do
+        step "allreduce-n$n" "$results/allreduce.log" "$build/tools/ringrun" -n $n --timeout 300 \
+            "$build/perf/cuda/cuda_allreduce_check"
+    done
+    if [ $sanitizer = 1 ] && command -v compute-sanitizer >/dev/null; then
+        step "allreduce-memcheck" "$results/allreduce.log" "$build/tools/ringrun" -n 2 --timeout 300 \
+            compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_allreduce_check" --quick
+    fi
+fi
+
+if [ $bench = 1 ]; then
+    # Reported, not a failure: the ratio is a target (docs/cuda.md).
+    step bench "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 1M -e 1G -f 4 -d all -o sum
+    step bench-ops "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 256M -e 256M -d float32,bfloat16,float16 -o all \
+        --final 4
+    grep -h '^# lowest ratio' "$results/bench.log" | sed 's/^# /bench:  /' >>"$summary"
+fi
+
+echo >>"$summary"
+if [ $failed != 0 ]; then
+    echo "RESULT: some checks FAILED" | tee -a "$summary"
+elif [ $gpu_skip = 1 ]; then
+    echo "RESULT: no usable GPU here: the GPU checks were skipped (the build and the CPU-side tests passed)" | tee -a "$summary"
+    failed=77
+else
+    echo "RESULT: all checks passed" | tee -a "$summary"
+fi
+echo "logs: $results"
+exit $failed

@@ -1,0 +1,23 @@
+/*
+ * Collectives on CUDA device buffers (docs/cuda.md, "Device buffers"): the all-reduce staged
+ * through pinned host memory, chunk by chunk, on the host path's wire protocol. Built where
+ * RING_HAVE_CUDA; src/cuda/mem.c and src/core/api.c are the only callers.
+ */
+#ifndef RING_CUDA_COLL_H
+#define RING_CUDA_COLL_H
+
+#include "internal.h"
+
+/*
+ * A validated call whose buffers include device memory (send_dev / recv_dev: the device of
+ * sendbuf / recvbuf, -1 for host-accessible memory; which: "sendbuf is", ... for messages).
+ * RING_OK with op->mem_device and op->device set when the device path takes the call;
+ * otherwise RING_ERR_UNSUPPORTED (or RING_ERR_INVALID_ARG) with the reason, and nothing runs.
+ */
+ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int send_dev, int recv_dev,
+                                   const char *which);
+
+/* Run an accepted call (op->mem_device) on the calling thread; ring__run_op's device branch. */
+ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op);
+
+#endif

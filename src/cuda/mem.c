@@ -1,0 +1,153 @@
+/*
+ * Pointer classification (mem.h): libcuda.so.1 through dlopen, in every build.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cuda/mem.h"
+#include "cuda/mem_abi.h"
+#if RING_HAVE_CUDA
+#include "cuda/coll.h"
+#endif
+
+typedef int (*error_name_fn)(int err, const char **name);
+typedef int (*ctx_get_current_fn)(void **ctx);
+
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static ring__cu_get_attrs_fn drv_get_attrs; /* written once, under probe_once */
+static error_name_fn drv_error_name;
+static ctx_get_current_fn drv_ctx_get_current;
+static char drv_state[320] = "not probed yet";
+static _Atomic(ring__cu_get_attrs_fn) test_get_attrs;
+
+static void probe(void)
+{
+    /* RTLD_LOCAL: the driver's symbols stay out of the global namespace. The handle is never
+     * closed (the driver stays loaded for the process's lifetime anyway). */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(drv_state, sizeof drv_state, "no NVIDIA driver (dlopen libcuda.so.1: %s): no buffer can be device memory",
+                 e ? e : "unknown error");
+        return;
+    }
+    /* POSIX guarantees that dlsym's object pointer converts to a function pointer. */
+    ring__cu_get_attrs_fn ga = (ring__cu_get_attrs_fn)dlsym(lib, "cuPointerGetAttributes");
+    drv_error_name = (error_name_fn)dlsym(lib, "cuGetErrorName");
+    drv_ctx_get_current = (ctx_get_current_fn)dlsym(lib, "cuCtxGetCurrent");
+    if (!ga) {
+        snprintf(drv_state, sizeof drv_state,
+                 "libcuda.so.1 has no cuPointerGetAttributes (a driver older than CUDA 7): buffers are taken as host memory");
+        return;
+    }
+    drv_get_attrs = ga;
+    snprintf(drv_state, sizeof drv_state, "libcuda.so.1 loaded");
+}
+
+const char *ring__mem_driver_state(void) { return drv_state; }
+
+int ring__mem_thread_has_context(void)
+{
+    pthread_once(&probe_once, probe);
+    void *ctx = NULL;
+    if (!drv_ctx_get_current || drv_ctx_get_current(&ctx) != RING__CUDA_SUCCESS) return -1;
+    return ctx != NULL;
+}
+
+void ring__mem_set_driver_for_tests(ring__cu_get_attrs_fn fn)
+{
+    atomic_store_explicit(&test_get_attrs, fn, memory_order_release);
+}
+
+const char *ring__mem_kind_name(ring__mem_kind_t kind)
+{
+    switch (kind) {
+    case RING__MEM_HOST: return "host";
+    case RING__MEM_HOST_PINNED: return "pinned host";
+    case RING__MEM_MANAGED: return "managed";
+    case RING__MEM_DEVICE: return "device";
+    }
+    return "?";
+}
+
+ring_result_t ring__mem_kind(ring_comm_t *comm, const void *ptr, ring__mem_kind_t *kind, int *device)
+{
+    *kind = RING__MEM_HOST;
+    if (device) *device = -1;
+    if (!ptr) return RING_OK;
+    ring__cu_get_attrs_fn ga = atomic_load_explicit(&test_get_attrs, memory_order_acquire);
+    if (!ga) {
+        pthread_once(&probe_once, probe);
+        ga = drv_get_attrs;
+    }
+    if (!ga) return RING_OK; /* no driver: nothing can be device memory */
+
+    /* Defaults for a pointer the driver does not know: it writes nothing or zeros. */
+    unsigned memtype = 0, managed = 0;
+    int ordinal = -1;
+    int attrs[3] = {RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, RING__CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                    RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void *data[3] = {&memtype, &managed, &ordinal};
+    int r = ga(3, attrs, data, (unsigned long long)(uintptr_t)ptr);
+    /* Not initialised: no allocation can exist yet. Deinitialised: the process is exiting and
+     * no device memory is usable any more. Either way the host path is the only one. */
+    if (r == RING__CUDA_ERROR_NOT_INITIALIZED || r == RING__CUDA_ERROR_DEINITIALIZED) return RING_OK;
+    if (r != RING__CUDA_SUCCESS) {
+        const char *name = NULL;
+        if (!drv_error_name || drv_error_name(r, &name) != RING__CUDA_SUCCESS || !name) name = "unknown error";
+        return ring__seterr(comm, RING_ERR_SYSTEM,
+                            "cannot tell whether buffer %p is CUDA device memory: cuPointerGetAttributes failed: %s (%d)",
+                            ptr, name, r);
+    }
+    if (managed) {
+        *kind = RING__MEM_MANAGED;
+    } else if (memtype == RING__CU_MEMORYTYPE_HOST) {
+        *kind = RING__MEM_HOST_PINNED;
+        ordinal = -1;
+    } else if (memtype != 0) {
+        /* RING__CU_MEMORYTYPE_DEVICE, and anything a later driver may add: not the host's. */
+        *kind = RING__MEM_DEVICE;
+    } else {
+        ordinal = -1;
+    }
+    if (device) *device = ordinal;
+    return RING_OK;
+}
+
+
+ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op)
+{
+    ring__mem_kind_t ks, kr;
+    int ds, dr;
+    ring_result_t rc = ring__mem_kind(comm, op->sendbuf, &ks, &ds);
+    if (rc != RING_OK) return rc;
+    if (op->recvbuf == op->sendbuf) {
+        kr = ks;
+        dr = ds;
+    } else {
+        rc = ring__mem_kind(comm, op->recvbuf, &kr, &dr);
+        if (rc != RING_OK) return rc;
+    }
+    if (ks != RING__MEM_DEVICE && kr != RING__MEM_DEVICE) return RING_OK;
+
+    const char *name = ring__coll_name(op->coll);
+    const char *which;
+    if (op->coll == RING__COLL_BROADCAST) which = "buf is";
+    else if (op->sendbuf == op->recvbuf) which = "sendbuf (== recvbuf) is";
+    else if (ks == RING__MEM_DEVICE && kr == RING__MEM_DEVICE) which = "sendbuf and recvbuf are";
+    else if (ks == RING__MEM_DEVICE) which = "sendbuf is";
+    else which = "recvbuf is";
+#if RING_HAVE_CUDA
+    (void)name;
+    return ring__cuda_accept_op(comm, op, ks == RING__MEM_DEVICE ? ds : -1, kr == RING__MEM_DEVICE ? dr : -1, which);
+#else
+    return ring__seterr(comm, RING_ERR_UNSUPPORTED,
+                        "ring_%s: %s CUDA device memory (device %d): this build has no CUDA support (configured with "
+                        "-Dcuda=disabled or without nvcc); pass host, pinned or managed memory, or rebuild with "
+                        "-Dcuda=enabled (docs/cuda.md)",
+                        name, which, ks == RING__MEM_DEVICE ? ds : dr);
+#endif
+}

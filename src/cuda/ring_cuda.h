@@ -1,0 +1,136 @@
+/*
+ * CUDA internals (docs/cuda.md): reduction kernels and the runtime helpers the device-buffer
+ * path uses, C-callable, implemented in the .cu files of src/cuda and built only where nvcc and
+ * libcudart_static were found (RING_HAVE_CUDA). Nothing here is called on the host path.
+ *
+ * (Not named cuda.h: that is the driver API's header, and an include path that holds both
+ * would pick the wrong one.)
+ *
+ * Conventions, as in the rest of the library:
+ *  - every call that can fail returns a ring_result_t and writes the detail with ring__seterr
+ *    to comm (comm may be NULL: the calling thread's message, ring_comm_last_error(NULL));
+ *  - CUDA errors map to RING_ERR_NOMEM (out of memory), RING_ERR_UNSUPPORTED (no device, no
+ *    or too old a driver) or RING_ERR_SYSTEM (anything else), and the message names the CUDA
+ *    call and error;
+ *  - calls act on the calling thread's current device; ring__cuda_set_device picks it;
+ *  - streams and events are the runtime's (cudaStream_t is struct CUstream_st *), so this
+ *    header does not need the CUDA headers.
+ */
+#ifndef RING_CUDA_H
+#define RING_CUDA_H
+
+#include <stddef.h>
+
+#include "ringcomm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+struct CUevent_st;
+typedef struct CUstream_st *ring__cuda_stream_t; /* == cudaStream_t; NULL: the legacy default stream */
+typedef struct CUevent_st *ring__cuda_event_t;   /* == cudaEvent_t */
+
+/*
+ * Can this process run kernels (driver loaded, runtime compatible, at least one device)?
+ * Answers once per process and caches it; on 0 writes the reason to why (may be NULL).
+ * Makes CUDA runtime calls: only for callers that already know a device buffer exists, or
+ * tests.
+ */
+int ring__cuda_usable(char *why, size_t whylen);
+
+/* Device count and names for logs and tests ("NVIDIA H100 80GB HBM3, driver 13.0, sm_90"). */
+ring_result_t ring__cuda_describe(ring_comm_t *comm, int dev, char *out, size_t outlen);
+
+/*
+ * dst[i] = a[i] op b[i] for i < count, on `stream`, asynchronously: the semantics of
+ * ring__reduce (src/collectives/reduce.h), bit for bit, except that a NaN produced by
+ * SUM/PROD/AVG is the GPU's canonical NaN rather than one of the input payloads (MIN/MAX
+ * return the input NaN, quieted for fp16/bf16, exactly as the host does).
+ * dst, a, b: device-accessible, each aligned to the element size (else RING_ERR_INVALID_ARG,
+ * nothing launched); dst may equal a or b but must not overlap them partially. Any count;
+ * count == 0 launches nothing. RING_AVG combines like RING_SUM here.
+ */
+ring_result_t ring__cuda_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
+                                ring_dtype_t dtype, ring_op_t op, ring__cuda_stream_t stream);
+/* The last combining step: as ring__reduce_final, RING_AVG divides (a + b) by nranks once. */
+ring_result_t ring__cuda_reduce_final(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
+                                      ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
+
+/* Report a CUDA runtime error (err: a cudaError_t) from `what` on comm, mapped as above;
+ * returns the ring_result_t. */
+ring_result_t ring__cuda_error(ring_comm_t *comm, int err, const char *what);
+
+/*
+ * Tests: the kernel's own per-thread code run on the CPU, on host memory, by `nthreads`
+ * simulated threads (rounded up to whole 256-thread blocks) of one grid-stride loop, one after
+ * another, through the same dispatch
+ * (alignment, head/tail, vector width). nranks 0 is ring__cuda_reduce, >= 1 the final step.
+ * Checks indexing and element semantics where no GPU exists; the device's own arithmetic
+ * (__fadd_rn and friends) is replaced by the host's IEEE operations.
+ */
+ring_result_t ring__cuda_reduce_emulated(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
+                                         ring_dtype_t dtype, ring_op_t op, int nranks, size_t nthreads);
+
+/* Make dev the calling thread's current device (cudaSetDevice); read it (cudaGetDevice). */
+ring_result_t ring__cuda_set_device(ring_comm_t *comm, int dev);
+ring_result_t ring__cuda_get_device(ring_comm_t *comm, int *dev);
+
+/* Page-locked host memory (cudaHostAlloc, portable: usable from every device's streams). */
+ring_result_t ring__cuda_host_alloc(ring_comm_t *comm, size_t bytes, void **p);
+void ring__cuda_host_free(void *p); /* NULL is a no-op */
+/* Device memory on the current device (cudaMalloc: 256-byte aligned). */
+ring_result_t ring__cuda_dev_alloc(ring_comm_t *comm, size_t bytes, void **p);
+void ring__cuda_dev_free(void *p); /* NULL is a no-op */
+
+/*
+ * A stream of the current device created without cudaStreamNonBlocking: work queued on it
+ * waits for work queued earlier on the device's legacy default stream (stream 0, where code
+ * that names no stream, PyTorch's default included, puts its kernels), and the other way
+ * round. The device path relies on this to see buffers written by such code.
+ */
+ring_result_t ring__cuda_stream_create(ring_comm_t *comm, ring__cuda_stream_t *s);
+void ring__cuda_stream_destroy(ring__cuda_stream_t s); /* NULL is a no-op */
+/* Wait for everything queued on s. */
+ring_result_t ring__cuda_stream_sync(ring_comm_t *comm, ring__cuda_stream_t s);
+
+/* Events without timing (cudaEventDisableTiming): cheap markers in a stream. */
+ring_result_t ring__cuda_event_create(ring_comm_t *comm, ring__cuda_event_t *e);
+void ring__cuda_event_destroy(ring__cuda_event_t e); /* NULL is a no-op */
+ring_result_t ring__cuda_event_record(ring_comm_t *comm, ring__cuda_event_t e, ring__cuda_stream_t s);
+/* *done = 1 once the work before the event's last record finished, else 0. Never blocks. */
+ring_result_t ring__cuda_event_query(ring_comm_t *comm, ring__cuda_event_t e, int *done);
+/* Work queued on s after this call waits for e. */
+ring_result_t ring__cuda_stream_wait_event(ring_comm_t *comm, ring__cuda_stream_t s, ring__cuda_event_t e);
+
+/*
+ * Copy bytes on s, in either direction (cudaMemcpyAsync with cudaMemcpyDefault: the pointers
+ * say where they live). Asynchronous with respect to the host only for device and pinned
+ * memory; with pageable host memory the runtime stages it and may return late.
+ */
+ring_result_t ring__cuda_memcpy_async(ring_comm_t *comm, void *dst, const void *src, size_t bytes,
+                                      ring__cuda_stream_t s);
+/* Synchronous copy (cudaMemcpy, cudaMemcpyDefault) and fill (cudaMemset), for tests and set-up. */
+ring_result_t ring__cuda_memcpy(ring_comm_t *comm, void *dst, const void *src, size_t bytes);
+ring_result_t ring__cuda_memset(ring_comm_t *comm, void *dst, int value, size_t bytes);
+
+/*
+ * Tests only: emulate the GPU on the CPU, process-wide (call before anything else here).
+ * "Device" memory is host memory, streams are FIFO queues that run a few operations each time
+ * they are touched (so copies and kernels really complete later than they are queued, and
+ * events report done only once everything before them ran), kernels run through
+ * ring__cuda_reduce_emulated. Lets the device-buffer collectives run, and be checked, on
+ * machines without a GPU (tests/test_cuda_ranks.c).
+ */
+void ring__cuda_set_emulation(int on);
+int ring__cuda_emulating(void);
+/* reduce.cu's ring__cuda_reduce queues its work here when emulating. */
+ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
+                                    ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,406 @@
+/*
+ * CUDA runtime helpers (ring_cuda.h): thin C wrappers over the runtime API with the library's
+ * error convention, for the device-buffer path and the tests. The runtime is linked
+ * statically (libcudart_static.a): it loads libcuda.so.1 itself on its first call, so a
+ * process that never reaches these functions never touches the driver, and one on a machine
+ * without a driver gets cudaErrorInsufficientDriver here instead of a failed load.
+ */
+#include <cuda.h> /* the driver API's constants, checked against src/cuda/mem.c's copies below */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem_abi.h"
+#include "ring_cuda.h"
+
+extern "C" ring_result_t ring__seterr(ring_comm_t *comm, ring_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* mem.c talks to libcuda through dlopen with its own copies of these values. */
+static_assert(RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE == CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "driver ABI");
+static_assert(RING__CU_POINTER_ATTRIBUTE_IS_MANAGED == CU_POINTER_ATTRIBUTE_IS_MANAGED, "driver ABI");
+static_assert(RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "driver ABI");
+static_assert(RING__CU_MEMORYTYPE_HOST == CU_MEMORYTYPE_HOST, "driver ABI");
+static_assert(RING__CU_MEMORYTYPE_DEVICE == CU_MEMORYTYPE_DEVICE, "driver ABI");
+static_assert(RING__CUDA_SUCCESS == CUDA_SUCCESS, "driver ABI");
+static_assert(RING__CUDA_ERROR_NOT_INITIALIZED == CUDA_ERROR_NOT_INITIALIZED, "driver ABI");
+static_assert(RING__CUDA_ERROR_DEINITIALIZED == CUDA_ERROR_DEINITIALIZED, "driver ABI");
+static_assert(sizeof(CUdeviceptr) == sizeof(unsigned long long), "driver ABI");
+
+extern "C" ring_result_t ring__cuda_error(ring_comm_t *comm, int err, const char *what)
+{
+    cudaError_t e = (cudaError_t)err;
+    ring_result_t code = RING_ERR_SYSTEM;
+    switch (e) {
+    case cudaErrorMemoryAllocation: code = RING_ERR_NOMEM; break;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorStubLibrary:
+    case cudaErrorCallRequiresNewerDriver:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice: code = RING_ERR_UNSUPPORTED; break;
+    default: break;
+    }
+    /* Clear the runtime's last-error slot (ours: cudart is linked statically, the user's
+     * runtime has its own), so a later unrelated check does not see this one. */
+    (void)cudaGetLastError();
+    return ring__seterr(comm, code, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* ---------- emulation for tests (ring_cuda.h: ring__cuda_set_emulation) ---------- */
+
+namespace {
+
+struct EmuOp {
+    int kind; /* 0 copy, 1 reduce */
+    void *dst;
+    const void *a, *b;
+    size_t n; /* bytes (copy) or elements (reduce) */
+    ring_dtype_t dtype;
+    ring_op_t op;
+    int nranks;
+};
+
+struct EmuStream {
+    EmuOp *q; /* ring buffer of cap entries: ops done .. enq-1 are queued */
+    size_t cap;
+    uint64_t enq, done;
+};
+
+struct EmuEvent {
+    EmuStream *s;
+    uint64_t at;
+};
+
+int emu_on;
+pthread_mutex_t emu_mu = PTHREAD_MUTEX_INITIALIZER;
+EmuStream emu_null; /* the legacy default stream */
+uint64_t emu_rng = 0x9e3779b97f4a7c15ull;
+
+EmuStream *emu_stream(ring__cuda_stream_t s) { return s ? reinterpret_cast<EmuStream *>(s) : &emu_null; }
+
+void emu_exec(const EmuOp &o)
+{
+    if (o.kind == 0) memmove(o.dst, o.a, o.n);
+    else (void)ring__cuda_reduce_emulated(NULL, o.dst, o.a, o.b, o.n, o.dtype, o.op, o.nranks, 256);
+}
+
+/* Run queued work up to (excluding) op number upto. emu_mu held. */
+void emu_run(EmuStream *s, uint64_t upto)
+{
+    while (s->done < upto && s->done < s->enq) {
+        emu_exec(s->q[s->done % s->cap]);
+        s->done++;
+    }
+}
+
+/* Every touch of a stream runs 0, 1 or 2 of its queued operations, so work completes later
+ * than it is queued, in order, as on a GPU. */
+void emu_step(EmuStream *s)
+{
+    emu_rng = emu_rng * 6364136223846793005ull + 1442695040888963407ull;
+    emu_run(s, s->done + (emu_rng >> 33) % 3);
+}
+
+bool emu_push(EmuStream *s, const EmuOp &o)
+{
+    if (s->enq - s->done == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        EmuOp *q = static_cast<EmuOp *>(malloc(cap * sizeof *q));
+        if (!q) return false;
+        for (uint64_t i = s->done; i < s->enq; i++) q[i % cap] = s->q[i % s->cap];
+        free(s->q);
+        s->q = q;
+        s->cap = cap;
+    }
+    s->q[s->enq % s->cap] = o;
+    s->enq++;
+    emu_step(s);
+    return true;
+}
+
+struct EmuLock {
+    EmuLock() { pthread_mutex_lock(&emu_mu); }
+    ~EmuLock() { pthread_mutex_unlock(&emu_mu); }
+};
+
+} // namespace
+
+extern "C" void ring__cuda_set_emulation(int on) { emu_on = on; }
+extern "C" int ring__cuda_emulating(void) { return emu_on; }
+
+extern "C" ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
+                                               ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream)
+{
+    EmuLock l;
+    EmuOp o = {1, dst, a, b, count, dtype, op, nranks};
+    if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
+    return RING_OK;
+}
+
+#define CU_CHECK(comm, call, what)                                                                 \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return ring__cuda_error((comm), (int)e_, (what));                   \
+    } while (0)
+
+static pthread_once_t usable_once = PTHREAD_ONCE_INIT;
+static int usable_answer;
+static char usable_why[256];
+
+static void probe_usable(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(usable_why, sizeof usable_why, "cudaGetDeviceCount: %s (%s)", cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return;
+    }
+    if (n < 1) {
+        snprintf(usable_why, sizeof usable_why, "cudaGetDeviceCount: no CUDA device");
+        return;
+    }
+    usable_answer = 1;
+}
+
+extern "C" int ring__cuda_usable(char *why, size_t whylen)
+{
+    if (emu_on) return 1;
+    pthread_once(&usable_once, probe_usable);
+    if (!usable_answer && why && whylen) snprintf(why, whylen, "%s", usable_why);
+    return usable_answer;
+}
+
+extern "C" ring_result_t ring__cuda_describe(ring_comm_t *comm, int dev, char *out, size_t outlen)
+{
+    if (emu_on) {
+        snprintf(out, outlen, "device %d: GPU emulated on the CPU (tests)", dev);
+        return RING_OK;
+    }
+    cudaDeviceProp p;
+    int drv = 0, rt = 0;
+    CU_CHECK(comm, cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+    CU_CHECK(comm, cudaDriverGetVersion(&drv), "cudaDriverGetVersion");
+    CU_CHECK(comm, cudaRuntimeGetVersion(&rt), "cudaRuntimeGetVersion");
+    snprintf(out, outlen, "device %d: %s, sm_%d%d, %d SMs, %.1f GiB; CUDA driver API %d.%d, runtime %d.%d", dev,
+             p.name, p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1u << 30), drv / 1000,
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_set_device(ring_comm_t *comm, int dev)
+{
+    if (emu_on) return RING_OK;
+    char what[48];
+    snprintf(what, sizeof what, "cudaSetDevice(%d)", dev);
+    CU_CHECK(comm, cudaSetDevice(dev), what);
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_get_device(ring_comm_t *comm, int *dev)
+{
+    *dev = 0;
+    if (emu_on) return RING_OK;
+    CU_CHECK(comm, cudaGetDevice(dev), "cudaGetDevice");
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_host_alloc(ring_comm_t *comm, size_t bytes, void **p)
+{
+    *p = NULL;
+    if (emu_on) {
+        *p = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+        return *p ? RING_OK : ring__seterr(comm, RING_ERR_NOMEM, "emulated cudaHostAlloc(%zu bytes): out of memory", bytes);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "cudaHostAlloc(%zu bytes)", bytes);
+    CU_CHECK(comm, cudaHostAlloc(p, bytes, cudaHostAllocPortable), what);
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_host_free(void *p)
+{
+    if (emu_on) {
+        free(p);
+        return;
+    }
+    if (p && cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+extern "C" ring_result_t ring__cuda_dev_alloc(ring_comm_t *comm, size_t bytes, void **p)
+{
+    *p = NULL;
+    if (emu_on) {
+        *p = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+        return *p ? RING_OK : ring__seterr(comm, RING_ERR_NOMEM, "emulated cudaMalloc(%zu bytes): out of memory", bytes);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+    CU_CHECK(comm, cudaMalloc(p, bytes), what);
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_dev_free(void *p)
+{
+    if (emu_on) {
+        free(p);
+        return;
+    }
+    if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+extern "C" ring_result_t ring__cuda_stream_create(ring_comm_t *comm, ring__cuda_stream_t *s)
+{
+    *s = NULL;
+    if (emu_on) {
+        EmuStream *e = static_cast<EmuStream *>(calloc(1, sizeof *e));
+        if (!e) return ring__seterr(comm, RING_ERR_NOMEM, "emulated cudaStreamCreate: out of memory");
+        *s = reinterpret_cast<ring__cuda_stream_t>(e);
+        return RING_OK;
+    }
+    CU_CHECK(comm, cudaStreamCreateWithFlags(s, cudaStreamDefault), "cudaStreamCreateWithFlags");
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_stream_destroy(ring__cuda_stream_t s)
+{
+    if (emu_on) {
+        if (!s) return;
+        EmuLock l;
+        EmuStream *e = emu_stream(s);
+        emu_run(e, e->enq); /* cudaStreamDestroy lets queued work finish */
+        free(e->q);
+        free(e);
+        return;
+    }
+    if (s && cudaStreamDestroy(s) != cudaSuccess) (void)cudaGetLastError();
+}
+
+extern "C" ring_result_t ring__cuda_stream_sync(ring_comm_t *comm, ring__cuda_stream_t s)
+{
+    if (emu_on) {
+        EmuLock l;
+        EmuStream *e = emu_stream(s);
+        emu_run(e, e->enq);
+        return RING_OK;
+    }
+    CU_CHECK(comm, cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_event_create(ring_comm_t *comm, ring__cuda_event_t *e)
+{
+    *e = NULL;
+    if (emu_on) {
+        EmuEvent *v = static_cast<EmuEvent *>(calloc(1, sizeof *v));
+        if (!v) return ring__seterr(comm, RING_ERR_NOMEM, "emulated cudaEventCreate: out of memory");
+        *e = reinterpret_cast<ring__cuda_event_t>(v);
+        return RING_OK;
+    }
+    CU_CHECK(comm, cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_event_destroy(ring__cuda_event_t e)
+{
+    if (emu_on) {
+        free(e);
+        return;
+    }
+    if (e && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+}
+
+extern "C" ring_result_t ring__cuda_event_record(ring_comm_t *comm, ring__cuda_event_t e, ring__cuda_stream_t s)
+{
+    if (emu_on) {
+        EmuLock l;
+        EmuEvent *v = reinterpret_cast<EmuEvent *>(e);
+        v->s = emu_stream(s);
+        v->at = v->s->enq;
+        emu_step(v->s);
+        return RING_OK;
+    }
+    CU_CHECK(comm, cudaEventRecord(e, s), "cudaEventRecord");
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_event_query(ring_comm_t *comm, ring__cuda_event_t e, int *done)
+{
+    if (emu_on) {
+        EmuLock l;
+        EmuEvent *v = reinterpret_cast<EmuEvent *>(e);
+        if (v->s) emu_step(v->s);
+        *done = !v->s || v->s->done >= v->at;
+        return RING_OK;
+    }
+    cudaError_t r = cudaEventQuery(e);
+    *done = r == cudaSuccess;
+    if (r == cudaSuccess || r == cudaErrorNotReady) {
+        if (r == cudaErrorNotReady) (void)cudaGetLastError(); /* not an error; keep the slot clean */
+        return RING_OK;
+    }
+    return ring__cuda_error(comm, (int)r, "cudaEventQuery");
+}
+
+extern "C" ring_result_t ring__cuda_stream_wait_event(ring_comm_t *comm, ring__cuda_stream_t s, ring__cuda_event_t e)
+{
+    if (emu_on) {
+        /* One queue per stream: make the event's stream reach it now (stricter than needed). */
+        EmuLock l;
+        EmuEvent *v = reinterpret_cast<EmuEvent *>(e);
+        if (v->s && v->s != emu_stream(s)) emu_run(v->s, v->at);
+        return RING_OK;
+    }
+    CU_CHECK(comm, cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_memcpy_async(ring_comm_t *comm, void *dst, const void *src, size_t bytes,
+                                                 ring__cuda_stream_t s)
+{
+    if (!bytes) return RING_OK;
+    if (emu_on) {
+        EmuLock l;
+        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0};
+        if (!emu_push(emu_stream(s), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
+        return RING_OK;
+    }
+    char what[80];
+    snprintf(what, sizeof what, "cudaMemcpyAsync(%zu bytes)", bytes);
+    CU_CHECK(comm, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), what);
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_memcpy(ring_comm_t *comm, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return RING_OK;
+    if (emu_on) {
+        EmuLock l;
+        emu_run(&emu_null, emu_null.enq);
+        memmove(dst, src, bytes);
+        return RING_OK;
+    }
+    char what[80];
+    snprintf(what, sizeof what, "cudaMemcpy(%zu bytes)", bytes);
+    CU_CHECK(comm, cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), what);
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_memset(ring_comm_t *comm, void *dst, int value, size_t bytes)
+{
+    if (!bytes) return RING_OK;
+    if (emu_on) {
+        memset(dst, value, bytes);
+        return RING_OK;
+    }
+    CU_CHECK(comm, cudaMemset(dst, value, bytes), "cudaMemset");
+    return RING_OK;
+}

@@ -1,0 +1,77 @@
+/* Device-free parts of the RDMA transport (rdma.h): GID choice and slot-window arithmetic. */
+#include <stdio.h>
+#include <string.h>
+
+#include "rdma.h"
+
+static int is_v4_mapped(const uint8_t g[16])
+{
+    static const uint8_t pre[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(g, pre, sizeof pre) == 0;
+}
+
+static int is_zero(const uint8_t g[16])
+{
+    for (int i = 0; i < 16; i++)
+        if (g[i]) return 0;
+    return 1;
+}
+
+int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_t *want_v4, char *why, size_t len)
+{
+    int best = -1, best_score = -1;
+    for (int i = 0; i < n; i++) {
+        const ring__gid_ent_t *e = &t[i];
+        if (is_zero(e->gid)) continue;
+        int score;
+        if (is_ib) {
+            if (e->type != RING__GID_IB) continue;
+            score = 1;
+        } else {
+            if (e->type == RING__GID_IB) continue;
+            /* v2 over v1, IPv4 over the link-local IPv6 GIDs every port has, and the bootstrap
+             * address over the rest. */
+            score = (e->type == RING__GID_ROCE_V2 ? 4 : 0) + (is_v4_mapped(e->gid) ? 2 : 0) +
+                    (want_v4 && is_v4_mapped(e->gid) && !memcmp(e->gid + 12, want_v4, 4) ? 8 : 0);
+        }
+        if (score > best_score || (score == best_score && e->index < t[best].index)) best = i, best_score = score;
+    }
+    if (best < 0) {
+        snprintf(why, len, "no usable %s GID in the port's table (%d entries)", is_ib ? "InfiniBand" : "RoCE", n);
+        return -1;
+    }
+    const ring__gid_ent_t *e = &t[best];
+    if (is_ib) {
+        snprintf(why, len, "GID index %u (InfiniBand: the LID routes)", e->index);
+    } else if (is_v4_mapped(e->gid)) {
+        snprintf(why, len, "GID index %u: RoCE v%d, IPv4 %u.%u.%u.%u%s", e->index, e->type == RING__GID_ROCE_V2 ? 2 : 1,
+                 e->gid[12], e->gid[13], e->gid[14], e->gid[15],
+                 best_score >= 8 ? " (the bootstrap interface's address)"
+                                 : " (no GID carries the bootstrap interface's address)");
+    } else {
+        snprintf(why, len, "GID index %u: RoCE v%d, IPv6 (no IPv4 GID on this port)", e->index,
+                 e->type == RING__GID_ROCE_V2 ? 2 : 1);
+    }
+    return (int)e->index;
+}
+
+int ring__rdma_slot_of_imm(uint64_t freed, uint32_t nslots, uint32_t imm, uint64_t *slot)
+{
+    uint32_t d = imm - (uint32_t)freed; /* wraps like the counter's low half */
+    if (d >= nslots) return -1;
+    *slot = freed + d;
+    return 0;
+}
+
+int ring__rdma_release(uint8_t *done, uint32_t nslots, uint64_t *freed, uint64_t limit, uint64_t slot)
+{
+    if (slot < *freed || slot >= limit || limit - *freed > nslots || done[slot % nslots]) return -1;
+    done[slot % nslots] = 1;
+    int n = 0;
+    while (*freed < limit && done[*freed % nslots]) {
+        done[*freed % nslots] = 0;
+        (*freed)++;
+        n++;
+    }
+    return n;
+}

@@ -1,0 +1,217 @@
+/*
+ * The device-buffer all-reduce across processes (src/cuda/coll.c, docs/cuda.md), one process
+ * per rank under ringrun:
+ *
+ *   ringrun -n N cuda_allreduce_check [--emulate] [--mixed] [--quick]
+ *
+ * --emulate  no GPU needed (CI): the GPU is emulated on the CPU (ring__cuda_set_emulation:
+ *            copies and kernels complete later than they are queued, in stream order) and
+ *            "device" memory is host memory that a stand-in driver reports as device memory,
+ *            so the device path's staging, ordering and slot reuse run over the real
+ *            transports. Without it: cudaMalloc buffers on device rank % device count.
+ * --mixed    odd ranks pass host buffers, even ranks device buffers: both paths in one call
+ *            (they share the wire protocol).
+ * --quick    fewer cases (for compute-sanitizer).
+ *
+ * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
+ * not depend on the order of combination), runs ring_allreduce (blocking or async, in place or
+ * not, aligned, offset by one element, or with sendbuf and recvbuf misaligned to each other),
+ * copies the result back and compares every element with the reference; sizes cover the
+ * whole-buffer staging (recursive doubling/halving) and the chunked ring with many messages
+ * (run with a small RING_CHUNK_BYTES). Exit status: 0 passed, 1 failed, 77 no usable GPU.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/mem.h"
+#include "cuda/mem_abi.h"
+#include "cuda/ring_cuda.h"
+#include "reference.h"
+#include "ringcomm.h"
+
+#define ARENA_BYTES ((size_t)64 << 20)
+
+static unsigned char *arena; /* "device" memory: cudaMalloc, or host memory when emulating */
+static int emulate;
+
+/* The stand-in driver (--emulate): the arena is device memory of device 0. */
+static int fake_get_attrs(unsigned n, int *attrs, void **data, unsigned long long ptr)
+{
+    int in = ptr >= (uintptr_t)arena && ptr < (uintptr_t)arena + ARENA_BYTES;
+    for (unsigned i = 0; i < n; i++) {
+        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = in ? RING__CU_MEMORYTYPE_DEVICE : 0;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_MANAGED) *(unsigned *)data[i] = 0;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in ? 0 : -1;
+    }
+    return 0;
+}
+
+typedef struct layout {
+    const char *name;
+    int inplace, async;
+    size_t send_off, recv_off; /* elements */
+} layout_t;
+
+static const layout_t layouts[] = {
+    {"out of place", 0, 0, 0, 0},
+    {"in place", 1, 0, 0, 0},
+    {"async, offset 1", 0, 1, 1, 1},
+    {"send+1 recv+0", 0, 0, 1, 0},
+    {"async in place, offset 3", 1, 1, 3, 3},
+};
+
+/* One all-reduce; returns 0 when every element matched. */
+static int run_case(ring_comm_t *comm, int use_device, ring_dtype_t dt, ring_op_t op, size_t count, const layout_t *lo,
+                    uint64_t opidx)
+{
+    const int rank = ring_comm_rank(comm), n = ring_comm_nranks(comm);
+    const size_t es = ring_dtype_size(dt), bytes = count * es;
+    const uint64_t seed = 0xc0da;
+    unsigned char *in = malloc(bytes + 1), *out = malloc(bytes + 1), *want = malloc(bytes + 1);
+    unsigned char *hostbuf = NULL;
+    int bad = 0;
+    char what[160];
+    snprintf(what, sizeof what, "%s %s count %zu %s (%s)", ref_dtype_name(dt), ref_op_name(op), count, lo->name,
+             use_device ? "device" : "host");
+    if (!in || !out || !want) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        exit(1);
+    }
+    ref_fill(in, count, dt, op, REF_EXACT, n, seed, opidx, rank, 0);
+    ref_expect_reduce(want, count, dt, op, n, seed, opidx, 0);
+
+    /* sendbuf and recvbuf in the arena (device) or on the heap (host). */
+    unsigned char *base;
+    size_t need = 2 * (bytes + 64 * es) + 512;
+    if (use_device) {
+        if (need > ARENA_BYTES) {
+            fprintf(stderr, "rank %d: %s does not fit the arena\n", rank, what);
+            exit(1);
+        }
+        base = arena;
+    } else {
+        hostbuf = aligned_alloc(256, (need + 255) & ~(size_t)255);
+        base = hostbuf;
+    }
+    unsigned char *send = base + lo->send_off * es;
+    unsigned char *recv = lo->inplace ? send : base + ((bytes + 64 * es + 511) & ~(size_t)255) + lo->recv_off * es;
+    if (ring__cuda_memcpy(NULL, send, in, bytes) != RING_OK) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, what, ring_comm_last_error(NULL));
+        exit(1);
+    }
+    ring_result_t rc;
+    if (lo->async) {
+        ring_request_t *req = NULL;
+        rc = ring_allreduce_async(comm, send, recv, count, dt, op, &req);
+        if (rc == RING_OK) rc = ring_wait(req);
+    } else {
+        rc = ring_allreduce(comm, send, recv, count, dt, op);
+    }
+    if (rc != RING_OK) {
+        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, ring_result_name(rc), ring_comm_last_error(comm));
+        exit(1); /* the communicator is failed now: nothing more to learn */
+    }
+    if (ring__cuda_memcpy(NULL, out, recv, bytes) != RING_OK) {
+        fprintf(stderr, "rank %d: %s: copy back: %s\n", rank, what, ring_comm_last_error(NULL));
+        exit(1);
+    }
+    for (size_t i = 0; i < count; i++)
+        if (memcmp(out + i * es, want + i * es, es)) {
+            char g[64], w[64];
+            ref_format_elem(g, sizeof g, out + i * es, dt);
+            ref_format_elem(w, sizeof w, want + i * es, dt);
+            fprintf(stderr, "rank %d: %s: element %zu is %s, want %s\n", rank, what, i, g, w);
+            bad = 1;
+            break;
+        }
+    free(in);
+    free(out);
+    free(want);
+    free(hostbuf);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    int mixed = 0, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--emulate")) emulate = 1;
+        else if (!strcmp(argv[i], "--mixed")) mixed = 1;
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else {
+            fprintf(stderr, "usage: %s [--emulate] [--mixed] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    char why[256] = "";
+    if (emulate) {
+        ring__cuda_set_emulation(1);
+        arena = aligned_alloc(256, ARENA_BYTES);
+        ring__mem_set_driver_for_tests(fake_get_attrs);
+    } else if (!ring__cuda_usable(why, sizeof why)) {
+        printf("SKIP: no usable GPU: %s\n", why);
+        return 77;
+    }
+    ring_comm_t *comm = NULL;
+    ring_result_t rc = ring_comm_init_env(&comm);
+    if (rc != RING_OK) {
+        fprintf(stderr, "init: %s: %s\n", ring_result_name(rc), ring_comm_last_error(comm ? comm : NULL));
+        return 1;
+    }
+    const int rank = ring_comm_rank(comm), n = ring_comm_nranks(comm);
+    int ndev = 1;
+    if (!emulate) {
+        if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) ndev = 1;
+        if (ring__cuda_set_device(NULL, rank % ndev) != RING_OK ||
+            ring__cuda_dev_alloc(NULL, ARENA_BYTES, (void **)&arena) != RING_OK) {
+            fprintf(stderr, "rank %d: %s\n", rank, ring_comm_last_error(NULL));
+            return 1;
+        }
+    }
+    if (!arena) return 1;
+    const int use_device = !mixed || rank % 2 == 0;
+    char gpu[256];
+    ring__cuda_describe(NULL, rank % ndev, gpu, sizeof gpu);
+    if (rank == 0)
+        printf("cuda_allreduce_check: %d ranks, %s buffers, %s%s; RING_CHUNK_BYTES=%s RING_PIPELINE_DEPTH=%s\n", n,
+               mixed ? "mixed host/device" : "device", emulate ? "emulated GPU" : gpu, quick ? ", quick" : "",
+               getenv("RING_CHUNK_BYTES") ? getenv("RING_CHUNK_BYTES") : "default",
+               getenv("RING_PIPELINE_DEPTH") ? getenv("RING_PIPELINE_DEPTH") : "default");
+
+    /* Whole-buffer staging (small: recursive doubling; medium: halving from 3 ranks) and the
+     * ring (many chunks with a small RING_CHUNK_BYTES); counts below, at and above nranks. */
+    static const size_t counts[] = {1, 2, 5, 17, 1000, 6000, 40000, 250001};
+    static const size_t quick_counts[] = {3, 1000, 70001};
+    const size_t *cs = quick ? quick_counts : counts;
+    size_t ncs = quick ? sizeof quick_counts / sizeof *quick_counts : sizeof counts / sizeof *counts;
+    uint64_t opidx = 0;
+    int cases = 0, bad = 0;
+    for (size_t ci = 0; ci < ncs; ci++)
+        for (int dt = 0; dt < RING_DTYPE_COUNT; dt++)
+            for (int op = 0; op < RING_OP_COUNT; op++) {
+                /* Every dtype x op on each size, the layouts in turn; big sizes a subset. */
+                if (cs[ci] > 50000 && (op != RING_SUM && op != RING_AVG) && dt != RING_FLOAT32) continue;
+                const layout_t *lo = &layouts[(opidx + ci) % (sizeof layouts / sizeof *layouts)];
+                bad |= run_case(comm, use_device, (ring_dtype_t)dt, (ring_op_t)op, cs[ci], lo, opidx++);
+                cases++;
+            }
+    /* Every layout on a ring-sized buffer. */
+    for (size_t li = 0; li < sizeof layouts / sizeof *layouts; li++, cases++)
+        bad |= run_case(comm, use_device, RING_BFLOAT16, RING_SUM, quick ? 50001 : 300007, &layouts[li], opidx++);
+
+    /* Everyone agrees on the verdict (a host all-reduce of the failure flags). */
+    int32_t flag = bad, any = 0;
+    rc = ring_allreduce(comm, &flag, &any, 1, RING_INT32, RING_MAX);
+    if (rc != RING_OK) {
+        fprintf(stderr, "rank %d: final check: %s\n", rank, ring_comm_last_error(comm));
+        any = 1;
+    }
+    if (rank == 0) printf("%s: %d cases per rank%s\n", any ? "FAIL" : "PASS", cases, any ? " (see the ranks' messages)" : "");
+    ring_comm_destroy(comm);
+    if (!emulate) ring__cuda_dev_free(arena);
+    return any ? 1 : 0;
+}

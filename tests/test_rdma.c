@@ -1,0 +1,187 @@
+/* Unit tests of the RDMA transport's device-free parts (src/transport/rdma.h): GID choice from
+ * GID tables as real ports present them, and the slot-window arithmetic of the credit protocol.
+ * They need no verbs device and run in every build. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rdma.h"
+
+static ring__gid_ent_t v4(uint32_t index, uint32_t type, uint8_t a, uint8_t b, uint8_t c, uint8_t d)
+{
+    ring__gid_ent_t e = {.index = index, .type = type};
+    e.gid[10] = e.gid[11] = 0xff;
+    e.gid[12] = a, e.gid[13] = b, e.gid[14] = c, e.gid[15] = d;
+    return e;
+}
+
+static ring__gid_ent_t v6_link_local(uint32_t index, uint32_t type)
+{
+    ring__gid_ent_t e = {.index = index, .type = type};
+    e.gid[0] = 0xfe, e.gid[1] = 0x80, e.gid[8] = 0x98, e.gid[15] = 0xad;
+    return e;
+}
+
+/* What a RoCE port with two addresses looks like: per address a v1 and a v2 entry, after the
+ * link-local pair. */
+static int roce_table(ring__gid_ent_t *t)
+{
+    int n = 0;
+    t[n++] = v6_link_local(0, RING__GID_ROCE_V1);
+    t[n++] = v6_link_local(1, RING__GID_ROCE_V2);
+    t[n++] = v4(2, RING__GID_ROCE_V1, 10, 0, 0, 5);
+    t[n++] = v4(3, RING__GID_ROCE_V2, 10, 0, 0, 5);
+    t[n++] = v4(4, RING__GID_ROCE_V1, 192, 168, 7, 5);
+    t[n++] = v4(5, RING__GID_ROCE_V2, 192, 168, 7, 5);
+    return n;
+}
+
+Test(rdma_gid, roce_prefers_v2_with_the_bootstrap_address)
+{
+    ring__gid_ent_t t[8];
+    int n = roce_table(t);
+    char why[256];
+    const uint8_t want[4] = {192, 168, 7, 5};
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, want, why, sizeof why), 5, "%s", why);
+    cr_assert(strstr(why, "RoCE v2") && strstr(why, "192.168.7.5") && strstr(why, "bootstrap"), "%s", why);
+}
+
+Test(rdma_gid, roce_without_a_matching_address_takes_the_first_ipv4_v2)
+{
+    ring__gid_ent_t t[8];
+    int n = roce_table(t);
+    char why[256];
+    const uint8_t lo[4] = {127, 0, 0, 1};
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, lo, why, sizeof why), 3, "%s", why);
+    cr_assert(strstr(why, "no GID carries"), "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, NULL, why, sizeof why), 3, "%s", why);
+}
+
+Test(rdma_gid, soft_roce_table_of_the_test_vm)
+{
+    /* rxe0 on dummy0 with 198.18.0.1: index 0 link-local v2... as the guest shows it. */
+    ring__gid_ent_t t[2] = {v6_link_local(0, RING__GID_ROCE_V2), v4(1, RING__GID_ROCE_V2, 198, 18, 0, 1)};
+    char why[256];
+    const uint8_t lo[4] = {127, 0, 0, 1};
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, lo, why, sizeof why), 1, "%s", why);
+}
+
+Test(rdma_gid, roce_v1_only_and_ipv6_only_ports)
+{
+    ring__gid_ent_t t[3] = {v6_link_local(0, RING__GID_ROCE_V1), v4(1, RING__GID_ROCE_V1, 10, 1, 1, 1)};
+    char why[256];
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, why, sizeof why), 1, "%s", why);
+    cr_assert(strstr(why, "RoCE v1"), "%s", why);
+    ring__gid_ent_t u[1] = {v6_link_local(7, RING__GID_ROCE_V2)};
+    cr_assert_eq(ring__rdma_pick_gid(u, 1, 0, NULL, why, sizeof why), 7, "%s", why);
+    cr_assert(strstr(why, "IPv6"), "%s", why);
+}
+
+Test(rdma_gid, infiniband_takes_an_ib_gid_and_ignores_roce_entries)
+{
+    ring__gid_ent_t t[3] = {v4(0, RING__GID_ROCE_V2, 10, 0, 0, 1), v6_link_local(1, RING__GID_IB), v6_link_local(2, RING__GID_IB)};
+    char why[256];
+    cr_assert_eq(ring__rdma_pick_gid(t, 3, 1, NULL, why, sizeof why), 1, "%s", why);
+    cr_assert(strstr(why, "InfiniBand"), "%s", why);
+}
+
+Test(rdma_gid, empty_or_zero_tables_say_so)
+{
+    ring__gid_ent_t t[2] = {{.index = 0, .type = RING__GID_ROCE_V2}, {.index = 1, .type = RING__GID_ROCE_V2}};
+    char why[256];
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, why, sizeof why), -1);
+    cr_assert(strstr(why, "no usable RoCE GID"), "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, 0, 1, NULL, why, sizeof why), -1);
+    /* A RoCE table offers nothing to an InfiniBand port, and the reverse. */
+    ring__gid_ent_t r[1] = {v4(0, RING__GID_ROCE_V2, 10, 0, 0, 1)};
+    cr_assert_eq(ring__rdma_pick_gid(r, 1, 1, NULL, why, sizeof why), -1);
+    ring__gid_ent_t ib[1] = {v6_link_local(0, RING__GID_IB)};
+    cr_assert_eq(ring__rdma_pick_gid(ib, 1, 0, NULL, why, sizeof why), -1);
+}
+
+Test(rdma_credit, sender_window_holds_exactly_nslots)
+{
+    cr_assert(ring__rdma_can_post(0, 0, 4));
+    cr_assert(ring__rdma_can_post(3, 0, 4));
+    cr_assert_not(ring__rdma_can_post(4, 0, 4));
+    cr_assert(ring__rdma_can_post(4, 1, 4));
+    /* Across the 2^32 wrap of the immediate: the counters themselves are 64-bit. */
+    uint64_t base = (1ull << 32) - 2;
+    cr_assert(ring__rdma_can_post(base + 3, base, 4));
+    cr_assert_not(ring__rdma_can_post(base + 4, base, 4));
+}
+
+Test(rdma_credit, immediate_maps_into_the_window_only)
+{
+    uint64_t s;
+    cr_assert_eq(ring__rdma_slot_of_imm(10, 4, 10, &s), 0);
+    cr_assert_eq(s, 10);
+    cr_assert_eq(ring__rdma_slot_of_imm(10, 4, 13, &s), 0);
+    cr_assert_eq(s, 13);
+    cr_assert_eq(ring__rdma_slot_of_imm(10, 4, 14, &s), -1, "one past the window");
+    cr_assert_eq(ring__rdma_slot_of_imm(10, 4, 9, &s), -1, "a slot already freed");
+    /* The low half wraps: freed = 2^32 - 1, imm 1 is slot 2^32 + 1. */
+    uint64_t f = (1ull << 32) - 1;
+    cr_assert_eq(ring__rdma_slot_of_imm(f, 4, 1, &s), 0);
+    cr_assert_eq(s, (1ull << 32) + 1);
+    cr_assert_eq(ring__rdma_slot_of_imm(f, 4, 3, &s), -1);
+}
+
+Test(rdma_credit, release_returns_credits_in_order)
+{
+    uint8_t done[4] = {0};
+    uint64_t freed = 0;
+    /* Slots 0..3 handed out (limit 4); the engine releases 2, 1, 0, 3. */
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 4, 2), 0);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 4, 1), 0);
+    cr_assert_eq(freed, 0);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 4, 0), 3, "0 frees 0, 1 and 2 at once");
+    cr_assert_eq(freed, 3);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 4, 3), 1);
+    cr_assert_eq(freed, 4);
+    /* Errors: twice, below the freed count, beyond what was handed out. */
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 6, 5), 0);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 6, 5), -1);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 6, 3), -1);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 6, 6), -1);
+    cr_assert_eq(ring__rdma_release(done, 4, &freed, 6, 4), 2);
+    cr_assert_eq(freed, 6);
+}
+
+Test(rdma_credit, window_and_release_agree_over_many_rounds)
+{
+    /* A sender and a receiver driven by the same arithmetic never overrun: simulate random
+     * release orders and check that every slot written lands in a free one. */
+    enum { N = 8 };
+    uint8_t done[N] = {0}, busy[N] = {0};
+    uint64_t next = 0, freed = 0, handed = 0, credit = 0;
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 100000; round++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        if ((rng & 1) && ring__rdma_can_post(next, credit, N)) {
+            cr_assert_not(busy[next % N], "slot %llu overwritten before it was freed", (unsigned long long)next);
+            busy[next % N] = 1;
+            uint64_t s;
+            cr_assert_eq(ring__rdma_slot_of_imm(freed, N, (uint32_t)next, &s), 0);
+            cr_assert_eq(s, next);
+            next++;
+        } else if (handed < next) {
+            handed++; /* the receiver reads the next slot */
+        }
+        if ((rng & 6) == 6 && freed < handed) {
+            /* release a random slot among the read and not yet released ones */
+            uint64_t cand[N];
+            int k = 0;
+            for (uint64_t x = freed; x < handed; x++)
+                if (!done[x % N]) cand[k++] = x;
+            if (k) {
+                uint64_t x = cand[(rng >> 8) % (uint64_t)k];
+                uint64_t before = freed;
+                cr_assert_geq(ring__rdma_release(done, N, &freed, handed, x), 0);
+                for (uint64_t y = before; y < freed; y++) busy[y % N] = 0;
+                credit = freed;
+            }
+        }
+    }
+    cr_assert_gt(next, 1000u);
+}
