@@ -24,6 +24,7 @@
 #   RING_VM_PERF_MIN / RING_VM_PERF_MAX  ring_perf sizes (factor 2)                (4M / 16M)
 #   RING_VM_PERF_ITERS  ring_perf timed iterations per size (1 warm-up)                   (5)
 #   RING_VM_TIMEOUT_S   bound of each program run, seconds                              (300)
+#   RING_VM_PERF_ARGS   more ring_perf options, e.g. "-R 1" (registered buffers)          ()
 # Exit status: 0 both measured, 1 a measurement failed, 2 usage.
 set -euo pipefail
 
@@ -116,11 +117,12 @@ for s in ${RING_VM_BW_SIZES:-4M 8M}; do
   printf '#   %9d B  one way %s GB/s   both ways %s GB/s in all\n' "$b" "${uni[$b]:-FAILED}" "${bi[$b]:-FAILED}"
 done
 
-echo "# ring_perf: allreduce float sum, 2 ranks (ringrun -n 2), RING_TRANSPORT=$transport, -n $perf_iters -w 1, checked"
+perf_args=${RING_VM_PERF_ARGS:-}
+echo "# ring_perf: allreduce float sum, 2 ranks (ringrun -n 2), RING_TRANSPORT=$transport, -n $perf_iters -w 1, checked${perf_args:+, $perf_args}"
 rc=0
 timeout "$limit" "$build/tools/ringrun" -n 2 --no-prefix --timeout "$limit" -x "RING_TRANSPORT=$transport" \
   "$build/perf/ring_perf" -b "$perf_min" -e "$perf_max" -f 2 -n "$perf_iters" -w 1 -c 1 --csv \
-  --probe-bytes 4M > "$tmp/perf.csv" 2> "$tmp/perf.err" || rc=$?
+  --probe-bytes 4M $perf_args > "$tmp/perf.csv" 2> "$tmp/perf.err" || rc=$?
 grep -E '^# (transport|alpha|env)' "$tmp/perf.err" | sed 's/^# /#   /' || true
 if [ "$rc" -ne 0 ] || ! grep -q '^allreduce,' "$tmp/perf.csv"; then
   echo "vm_bw: ring_perf failed (exit $rc):" >&2
