@@ -581,17 +581,18 @@ ring_result_t ring_comm_register(ring_comm_t *comm, void *buf, size_t bytes, rin
     r->buf = buf;
     r->bytes = bytes;
 #if RING_HAVE_RDMA
-    if (comm->rdma_ctx) RING_CHECK(ring__rdma_transport.reg_mem(comm->rdma_ctx, buf, bytes, &r->mh));
+    if (comm->rdma_ctx) rc = ring__rdma_transport.reg_mem(comm->rdma_ctx, buf, bytes, &r->mh);
 #endif
+    if (rc != RING_OK) {
+        free(r);
+        return rc;
+    }
     pthread_mutex_lock(&comm->mu);
     r->next = comm->regs;
     comm->regs = r;
     pthread_mutex_unlock(&comm->mu);
     *handle = r;
-    r = NULL;
-fail:
-    free(r);
-    return rc;
+    return RING_OK;
 }
 
 ring_result_t ring_comm_deregister(ring_comm_t *comm, ring_reg_t *handle)
