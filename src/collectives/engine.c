@@ -174,6 +174,33 @@ static ring_result_t waiting_error(ring__sched_t *s, ring_result_t code, const c
                         s->nsend, comm->peer_desc[1]);
 }
 
+ring_result_t ring__desc_step(ring_comm_t *comm, const ring__transport_t *stp, const ring__transport_t *rtp,
+                              void **dsend, void **drecv, int *sent, int *got, const unsigned char *mine,
+                              const unsigned char *theirs, int *busy)
+{
+    ring_result_t rc = RING_OK;
+    int done = 0;
+    if (!*sent && *dsend) {
+        RING_CHECK(stp->test(*dsend, &done));
+        if (done) {
+            *sent = 1;
+            *dsend = NULL;
+        }
+    }
+    if (!*got) {
+        done = 0;
+        RING_CHECK(rtp->test(*drecv, &done));
+        if (done) {
+            *drecv = NULL;
+            RING_CHECK(ring__desc_check(comm, mine, theirs, "left neighbour", comm->peer_desc[0]));
+            *got = 1;
+            *busy = 1;
+        }
+    }
+fail:
+    return rc;
+}
+
 ring_result_t ring__engine_run(ring__sched_t *s)
 {
     ring_comm_t *comm = s->comm;
@@ -268,24 +295,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         RING_CHECK(stp->progress(sc, &moved));
         RING_CHECK(rtp->progress(rc_, &moved));
 
-        if (!sent_desc && dsend) {
-            int done = 0;
-            RING_CHECK(stp->test(dsend, &done));
-            if (done) {
-                sent_desc = 1;
-                dsend = NULL;
-            }
-        }
-        if (!got_desc) {
-            int done = 0;
-            RING_CHECK(rtp->test(drecv, &done));
-            if (done) {
-                drecv = NULL;
-                RING_CHECK(ring__desc_check(comm, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]));
-                got_desc = 1;
-                busy = 1;
-            }
-        }
+        RING_CHECK(ring__desc_step(comm, stp, rtp, &dsend, &drecv, &sent_desc, &got_desc, mydesc, theirdesc, &busy));
         while (ns_done < ns_posted) {
             ent *e = &sent[ns_done % (size_t)depth];
             int done = 0;

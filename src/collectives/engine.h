@@ -62,6 +62,15 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);
+/*
+ * One step of the descriptor exchange of a ring pass (mine to the right on sconn, theirs from
+ * the left on rconn, both posted): test the two requests, clear them when done, check theirs
+ * against mine once it arrived (*got = 1, *busy = 1). The ring engines call it every turn.
+ */
+struct ring__transport;
+ring_result_t ring__desc_step(ring_comm_t *comm, const struct ring__transport *stp, const struct ring__transport *rtp,
+                              void **dsend, void **drecv, int *sent, int *got, const unsigned char *mine,
+                              const unsigned char *theirs, int *busy);
 
 /* The point-to-point algorithms' failure tail: prefix the detail (which names the peer) with
  * the operation and the algorithm, as the ring engine does; a mismatch message already names

@@ -315,24 +315,7 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         RING_CHECK(stp->progress(sconn, &moved));
         RING_CHECK(rtp->progress(rconn, &moved));
 
-        if (!sent_desc && dsend) {
-            int done = 0;
-            RING_CHECK(stp->test(dsend, &done));
-            if (done) {
-                sent_desc = 1;
-                dsend = NULL;
-            }
-        }
-        if (!got_desc) {
-            int done = 0;
-            RING_CHECK(rtp->test(drecv, &done));
-            if (done) {
-                drecv = NULL;
-                RING_CHECK(ring__desc_check(comm, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]));
-                got_desc = 1;
-                busy = 1;
-            }
-        }
+        RING_CHECK(ring__desc_step(comm, stp, rtp, &dsend, &drecv, &sent_desc, &got_desc, mydesc, theirdesc, &busy));
         while (ns_done < ns_posted) {
             int done = 0;
             RING_CHECK(stp->test(S->sreq[ns_done % D], &done));
