@@ -1,6 +1,6 @@
 /*
- * The transport interface: one table of function pointers per transport (TCP, shared memory;
- * RDMA verbs later). The ring engine sees only this table, so a new transport needs no change
+ * The transport interface: one table of function pointers per transport (TCP, shared memory,
+ * RDMA verbs). The ring engine sees only this table, so a new transport needs no change
  * in the collectives. Every connection object starts with a ring__conn_t naming its table, so
  * one rank can talk shared memory to its left neighbour and TCP to its right.
  *
