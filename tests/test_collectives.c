@@ -91,8 +91,6 @@ static void sleep_ms(long ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-/* A port nobody listens on right now. Someone may take it before rank 0 binds it: the
- * worker then exits with EXIT_PORT_IN_USE and the run is repeated with a new port. */
 static void random_hex32(char out[33])
 {
     unsigned char b[16];

@@ -24,16 +24,24 @@
 
 /* Segment numbers follow ring positions (comm->pos), not ranks: every segment is reduced by
  * exactly one position and copied to all, whatever the order. */
+int ring__allreduce_seg_sent(int r, int n, int k)
+{
+    return k <= n - 2 ? ring__mod(r - k, n) : ring__mod(r + 1 - (k - (n - 1)), n);
+}
+
+int ring__allreduce_seg_recv(int r, int n, int k)
+{
+    return k <= n - 2 ? ring__mod(r - k - 1, n) : ring__mod(r - (k - (n - 1)), n);
+}
+
 static int seg_sent(const ring__sched_t *s, int k)
 {
-    int r = s->comm->pos, n = s->comm->nranks;
-    return k <= n - 2 ? ring__mod(r - k, n) : ring__mod(r + 1 - (k - (n - 1)), n);
+    return ring__allreduce_seg_sent(s->comm->pos, s->comm->nranks, k);
 }
 
 static int seg_recv(const ring__sched_t *s, int k)
 {
-    int r = s->comm->pos, n = s->comm->nranks;
-    return k <= n - 2 ? ring__mod(r - k - 1, n) : ring__mod(r - (k - (n - 1)), n);
+    return ring__allreduce_seg_recv(s->comm->pos, s->comm->nranks, k);
 }
 
 static void ar_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)

@@ -82,6 +82,10 @@ ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes);
 
 /* Algorithms (one file each). */
 ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+/* The ring all-reduce's segment sent / received at step k (0 .. 2(n-1)-1) by ring position r:
+ * the one schedule every ring all-reduce (host and device buffers) follows. */
+int ring__allreduce_seg_sent(int r, int n, int k);
+int ring__allreduce_seg_recv(int r, int n, int k);
 ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op);

@@ -163,10 +163,9 @@ ring_result_t ring_test(ring_request_t *req, int *done)
     return *done ? req->result : RING_OK;
 }
 
-/* A ring_comm_register handle. */
+/* A ring_comm_register handle: the transport's registration, kept on the communicator's list
+ * so that deregister can tell a handle of its own and destroy can free what is left. */
 struct ring_reg {
-    void *buf;
-    size_t bytes;
     void *mh; /* the verbs registration, NULL where no transport needs one */
     struct ring_reg *next;
 };
@@ -578,8 +577,6 @@ ring_result_t ring_comm_register(ring_comm_t *comm, void *buf, size_t bytes, rin
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_register: not a live communicator (destroyed?)");
     if (!buf || !bytes) return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_comm_register: NULL buffer or 0 bytes");
     if (!(r = calloc(1, sizeof *r))) return ring__seterr(comm, RING_ERR_NOMEM, "ring_comm_register: out of memory");
-    r->buf = buf;
-    r->bytes = bytes;
 #if RING_HAVE_RDMA
     if (comm->rdma_ctx) rc = ring__rdma_transport.reg_mem(comm->rdma_ctx, buf, bytes, &r->mh);
 #endif

@@ -209,17 +209,6 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 
 /* ---------- the staged ring ---------- */
 
-/* allreduce.c's segment numbering, by ring position: the schedules must be the same. */
-static int seg_sent(int r, int n, int k)
-{
-    return k <= n - 2 ? ring__mod(r - k, n) : ring__mod(r + 1 - (k - (n - 1)), n);
-}
-
-static int seg_recv(int r, int n, int k)
-{
-    return k <= n - 2 ? ring__mod(r - k - 1, n) : ring__mod(r - (k - (n - 1)), n);
-}
-
 static ring_result_t waiting_error(ring_comm_t *comm, const ring__opdesc_t *op, ring_result_t code, const char *what,
                                    size_t ns, size_t nsend, size_t nr, size_t nrecv, int got_desc)
 {
@@ -276,7 +265,7 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         /* Receives into free pinned slots. */
         while (got_desc && nr_posted < nrecv && nr_posted - nr_released < D) {
             ring__layout_msg_coords(L, nsteps, nr_posted, &j, &k, &c);
-            ring__layout_chunk(L, j, seg_recv(r, n, k), c, &off, &len);
+            ring__layout_chunk(L, j, ring__allreduce_seg_recv(r, n, k), c, &off, &len);
             void *req = NULL;
             RING_CHECK(rtp->irecv(rconn, S->hrecv + (nr_posted % D) * S->slot, len * es, NULL, &req));
             if (!req) break;
@@ -288,7 +277,7 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         while (ns_staged < nsend && ns_staged - ns_done < D) {
             ring__layout_msg_coords(L, nsteps, ns_staged, &j, &k, &c);
             if (k > 0 && ring__layout_msg_index(L, nsteps, j, k - 1, c) >= nr_proc) break;
-            ring__layout_chunk(L, j, seg_sent(r, n, k), c, &off, &len);
+            ring__layout_chunk(L, j, ring__allreduce_seg_sent(r, n, k), c, &off, &len);
             const unsigned char *src = (k == 0 ? sendbuf : recvbuf) + off * es;
             size_t si = ns_staged % D;
             RING_CHECK(ring__cuda_memcpy_async(comm, S->hsend + si * S->slot, src, len * es, S->st));
@@ -303,7 +292,7 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
             RING_CHECK(ring__cuda_event_query(comm, S->sev[si], &done));
             if (!done) break;
             ring__layout_msg_coords(L, nsteps, ns_posted, &j, &k, &c);
-            ring__layout_chunk(L, j, seg_sent(r, n, k), c, &off, &len);
+            ring__layout_chunk(L, j, ring__allreduce_seg_sent(r, n, k), c, &off, &len);
             void *req = NULL;
             RING_CHECK(stp->isend(sconn, S->hsend + si * S->slot, len * es, NULL, &req));
             if (!req) break;
@@ -335,7 +324,7 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         /* Process arrived receives, in order: queue their H2D (and reduction). */
         while (nr_proc < nr_arrived) {
             ring__layout_msg_coords(L, nsteps, nr_proc, &j, &k, &c);
-            ring__layout_chunk(L, j, seg_recv(r, n, k), c, &off, &len);
+            ring__layout_chunk(L, j, ring__allreduce_seg_recv(r, n, k), c, &off, &len);
             size_t ri = nr_proc % D;
             unsigned char *dst = recvbuf + off * es;
             const unsigned char *pinned = S->hrecv + ri * S->slot;

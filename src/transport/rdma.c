@@ -393,9 +393,10 @@ static void rdma_fini(void *vctx)
 
 /* Ring edges carry pipeline chunks: a slot holds one chunk (zero-copy receive) and there is one
  * per message in flight. Connections of the latency algorithms carry small messages. */
-static void geometry(const ring_comm_t *comm, int peer, int is_send, uint32_t *nslots, size_t *slot_bytes)
+static void geometry(const ring_comm_t *comm, int peer, uint32_t *nslots, size_t *slot_bytes)
 {
-    if (peer == (is_send ? comm->right : comm->left)) {
+    /* Called by the receiver, which owns the slots: its ring edge comes from the left. */
+    if (peer == comm->left) {
         size_t s = (comm->params.chunk_bytes + 4095) & ~(size_t)4095;
         *slot_bytes = RING__MAX(MIN_SLOT, RING__MIN(MAX_SLOT, s));
         *nslots = (uint32_t)RING__MAX(2, RING__MIN((int)MAX_SLOTS, comm->params.pipeline_depth));
@@ -726,7 +727,7 @@ static ring_result_t rdma_upgrade(void *vctx, void *base, int peer, int is_send,
             } else {
                 uint32_t ns;
                 size_t sb;
-                geometry(comm, peer, 0, &ns, &sb);
+                geometry(comm, peer, &ns, &sb);
                 u->status = make_verbs(ctx, u->c, ns, sb, u->reason, sizeof u->reason);
             }
             if (!u->status) {
