@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bootstrap.h"
+#include "net.h"
 #include "engine.h"
 #include "internal.h"
 #include "p2p.h"
@@ -490,16 +491,7 @@ Test(comm, root_waits_then_names_missing_ranks)
 #include <time.h>
 #include <unistd.h>
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
+#include "free_port.h"
 
 typedef struct pair_arg {
     int rank;
@@ -878,4 +870,34 @@ Test(pair, p2p_timeout_names_the_peer)
     ring_comm_destroy(c0);
     ring_comm_destroy(c1);
     clear_env();
+}
+
+/* A connect toward an ephemeral port of this host, made while nobody listens there, can take
+ * that very port as its source and connect to itself (TCP simultaneous open). Binding a socket
+ * and connecting it to its own address builds that case on purpose: it must count as refused,
+ * while a real connection to a listener still counts as connected. */
+Test(net, self_connection_counts_as_refused)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "self-connect: %s", strerror(errno));
+    cr_assert_eq(ring__connect_check(fd), -ECONNREFUSED);
+    close(fd);
+
+    ring__sockaddr_t to;
+    int lfd = -1, cfd = -1;
+    char where[32];
+    snprintf(where, sizeof where, "127.0.0.1:%d", free_port());
+    cr_assert_eq(ring__addr_resolve(NULL, where, &to), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_eq(ring__listen(NULL, &to, 1, 0, 0, &lfd), RING_OK);
+    cr_assert_eq(ring__connect_start(&to, &cfd), 0);
+    int r = 0;
+    for (int i = 0; i < 1000 && (r = ring__connect_check(cfd)) == 0; i++) usleep(1000);
+    cr_assert_eq(r, 1);
+    close(cfd);
+    close(lfd);
 }

@@ -19,23 +19,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "free_port.h"
 #include "ringcomm.h"
 
 #define ITERS 150
 #define COUNT 1000
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) {
-        perror("free_port");
-        exit(2);
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 typedef struct rank_ctx {
     int rank;

@@ -199,6 +199,20 @@ int ring__connect_start(const ring__sockaddr_t *addr, int *fdp)
     return 0;
 }
 
+static int same_endpoint(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return 0;
+}
+
 int ring__connect_check(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -207,7 +221,18 @@ int ring__connect_check(int fd)
     int err = 0;
     socklen_t l = sizeof err;
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0) return -errno;
-    return err ? -err : 1;
+    if (err) return -err;
+    /* A connect to a port of the ephemeral range on this host, made while nobody listens
+     * there, can pick that same port as its source: TCP's simultaneous open then connects the
+     * socket to itself. Taken as connected, the rank would read its own hello and wait out the
+     * whole timeout, while the real listener cannot bind the port the socket now holds. So a
+     * self-connection counts as refused, and closing it frees the port. */
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof me, pl = sizeof peer;
+    if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0 && getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 &&
+        same_endpoint(&me, &peer))
+        return -ECONNREFUSED;
+    return 1;
 }
 
 void ring__sock_tune(int fd, size_t bufbytes)

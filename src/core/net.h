@@ -34,7 +34,8 @@ ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse,
                            int port_hi, int *fd);
 /* Start a non-blocking connect. 0 = connected or in progress; else errno. */
 int ring__connect_start(const ring__sockaddr_t *addr, int *fd);
-/* Has the non-blocking connect on fd finished? 1 yes, 0 not yet, -errno on failure. */
+/* Has the non-blocking connect on fd finished? 1 yes, 0 not yet, -errno on failure (a socket
+ * connected to itself is -ECONNREFUSED). */
 int ring__connect_check(int fd);
 /* TCP_NODELAY, keepalive, optional buffer sizes. */
 void ring__sock_tune(int fd, size_t bufbytes);
