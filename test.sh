@@ -59,4 +59,17 @@ CC=clang scripts/setup.sh build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=enable
     -Dcuda=disabled -Drdma=disabled -Dhwloc=disabled
 meson test -C build-fuzz --suite fuzz --print-errorlogs --num-processes 1
 
+# What build/ had: the tail of a CI log is often all one sees of a run.
+cuda_state="not built"
+if grep -qx '#define RING_HAVE_CUDA 1' build/ring_config.h 2>/dev/null; then
+    cuda_state="built (GPU tests skip without a GPU)"
+else
+    nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+    if [ -z "$nvcc_path" ]; then
+        cuda_state="not built: no nvcc on PATH or at /usr/local/cuda/bin"
+    else
+        cuda_state="not built: $nvcc_path found, but no libcudart_static.a under $(dirname "$(dirname "$nvcc_path")")"
+    fi
+fi
+echo "test.sh: CUDA code $cuda_state"
 echo "test.sh: all suites passed in $(( $(date +%s) - start )) s${rdma_vm_skipped:+ (soft-RoCE stage skipped: $rdma_vm_skipped)}"
