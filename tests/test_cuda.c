@@ -164,10 +164,8 @@ static void expect_refused(ring_comm_t *c, ring_result_t rc, const char *call, c
 }
 
 #if RING_HAVE_CUDA
-#define NOT_ALLREDUCE "only ring_allreduce takes device buffers"
 #define MIXED "the other buffer is not"
 #else
-#define NOT_ALLREDUCE "no CUDA support"
 #define MIXED "no CUDA support"
 #endif
 
@@ -188,17 +186,19 @@ Test(cuda_mem, device_buffers_are_refused)
     expect_refused(c, ring_allreduce_async(c, dev, host, 16, RING_FLOAT32, RING_AVG, &req), "allreduce_async", "sendbuf is",
                    MIXED);
     cr_expect_null(req, "a refused async call leaves no request");
+    expect_refused(c, ring_allgather(c, host, dev, 16, RING_INT32), "allgather", "recvbuf is", MIXED);
+    expect_refused(c, ring_reduce_scatter(c, dev, host, 16, RING_INT32, RING_SUM), "reduce_scatter", "sendbuf is", MIXED);
 #if !RING_HAVE_CUDA
+    /* A CUDA build takes these (device_buffers_need_a_gpu below refuses them for want of a GPU). */
     expect_refused(c, ring_allreduce(c, dev, dev, 16, RING_FLOAT32, RING_SUM), "allreduce in place", "sendbuf (== recvbuf) is",
                    "no CUDA support");
     expect_refused(c, ring_allreduce(c, dev, dev + 16, 16, RING_FLOAT32, RING_SUM), "allreduce device to device",
                    "sendbuf and recvbuf are", "no CUDA support");
-#endif
     expect_refused(c, ring_reduce_scatter(c, dev, dev + 32, 16, RING_BFLOAT16, RING_MAX), "reduce_scatter",
-                   "sendbuf and recvbuf are", NOT_ALLREDUCE);
-    expect_refused(c, ring_allgather(c, host, dev, 16, RING_INT32), "allgather", "recvbuf is", NOT_ALLREDUCE);
-    expect_refused(c, ring_broadcast(c, dev, 16, RING_UINT8, 0), "broadcast", "buf is", NOT_ALLREDUCE);
-    expect_refused(c, ring_broadcast_async(c, dev, 16, RING_UINT8, 0, &req), "broadcast_async", "buf is", NOT_ALLREDUCE);
+                   "sendbuf and recvbuf are", "no CUDA support");
+    expect_refused(c, ring_broadcast(c, dev, 16, RING_UINT8, 0), "broadcast", "buf is", "no CUDA support");
+    expect_refused(c, ring_broadcast_async(c, dev, 16, RING_UINT8, 0, &req), "broadcast_async", "buf is", "no CUDA support");
+#endif
 
     for (size_t i = 0; i < sizeof fake_dev; i++) cr_assert_eq(fake_dev[i], 0x5a, "device buffer written at byte %zu", i);
     for (int i = 0; i < 64; i++) cr_assert_eq(host[i], (float)i, "host buffer written at %d", i);
@@ -218,11 +218,11 @@ Test(cuda_mem, device_buffers_are_refused)
 
 /* A CUDA build without a usable GPU: device buffers (which cannot really exist then) are
  * refused with the reason, and nothing else changes. */
-Test(cuda_mem, allreduce_device_buffers_need_a_gpu)
+Test(cuda_mem, device_buffers_need_a_gpu)
 {
     char why[256] = "";
     if (ring__cuda_usable(why, sizeof why)) {
-        fprintf(stderr, "[cuda_mem allreduce_device_buffers_need_a_gpu] skipped: this machine has a usable GPU\n");
+        fprintf(stderr, "[cuda_mem device_buffers_need_a_gpu] skipped: this machine has a usable GPU\n");
         cr_skip_test("this machine has a usable GPU");
     }
     ring__mem_set_driver_for_tests(fake_get_attrs);
@@ -232,6 +232,13 @@ Test(cuda_mem, allreduce_device_buffers_need_a_gpu)
                    "cannot use the GPU");
     expect_refused(c, ring_allreduce(c, dev, dev + 16, 16, RING_FLOAT32, RING_SUM), "allreduce device to device",
                    "sendbuf and recvbuf are", "cannot use the GPU");
+    expect_refused(c, ring_reduce_scatter(c, dev, dev + 32, 16, RING_BFLOAT16, RING_MAX), "reduce_scatter",
+                   "sendbuf and recvbuf are", "cannot use the GPU");
+    expect_refused(c, ring_allgather(c, dev, dev + 32, 16, RING_INT32), "allgather", "sendbuf and recvbuf are",
+                   "cannot use the GPU");
+    ring_request_t *req = (ring_request_t *)(uintptr_t)1;
+    expect_refused(c, ring_broadcast_async(c, dev, 16, RING_UINT8, 0, &req), "broadcast_async", "buf is", "cannot use the GPU");
+    cr_expect_null(req, "a refused async call leaves no request");
     float x[4] = {1, 2, 3, 4};
     cr_expect_eq(ring_allreduce(c, x, x, 4, RING_FLOAT32, RING_SUM), RING_OK, "%s", ring_comm_last_error(c));
     ring_comm_destroy(c);
@@ -240,8 +247,8 @@ Test(cuda_mem, allreduce_device_buffers_need_a_gpu)
 
 /* The device path itself on one rank, with the GPU emulated (ring__cuda_set_emulation): a
  * device-to-device copy, in place a no-op; misaligned device buffers are refused. The
- * multi-rank device path: tests/test_cuda_ranks.c. */
-Test(cuda_mem, allreduce_device_buffers_one_rank_emulated)
+ * multi-rank device path: tests/test_cuda_coll.c. */
+Test(cuda_mem, device_buffers_one_rank_emulated)
 {
     ring__cuda_set_emulation(1);
     ring__mem_set_driver_for_tests(fake_get_attrs);
@@ -255,6 +262,14 @@ Test(cuda_mem, allreduce_device_buffers_one_rank_emulated)
     cr_expect_eq(ring_allreduce_async(c, dev + 64, dev + 128, 64, RING_FLOAT32, RING_MAX, &req), RING_OK);
     cr_expect_eq(ring_wait(req), RING_OK, "%s", ring_comm_last_error(c));
     for (int i = 0; i < 64; i++) cr_assert_eq(dev[128 + i], (float)i);
+    /* One rank: reduce-scatter and all-gather copy the one block, broadcast leaves it. */
+    cr_expect_eq(ring_reduce_scatter(c, dev, dev + 192, 64, RING_FLOAT32, RING_AVG), RING_OK, "%s", ring_comm_last_error(c));
+    for (int i = 0; i < 64; i++) cr_assert_eq(dev[192 + i], (float)i);
+    for (int i = 0; i < 64; i++) dev[256 + i] = -1.0f;
+    cr_expect_eq(ring_allgather(c, dev, dev + 256, 64, RING_FLOAT32), RING_OK, "%s", ring_comm_last_error(c));
+    for (int i = 0; i < 64; i++) cr_assert_eq(dev[256 + i], (float)i);
+    cr_expect_eq(ring_broadcast(c, dev, 64, RING_FLOAT32, 0), RING_OK, "%s", ring_comm_last_error(c));
+    for (int i = 0; i < 64; i++) cr_assert_eq(dev[i], (float)i);
     ring_result_t rc = ring_allreduce(c, (char *)dev + 1, (char *)dev + 1, 8, RING_FLOAT32, RING_SUM);
     cr_expect_eq(rc, RING_ERR_INVALID_ARG, "%s: %s", ring_result_name(rc), ring_comm_last_error(c));
     cr_expect(strstr(ring_comm_last_error(c), "aligned"), "%s", ring_comm_last_error(c));

@@ -507,10 +507,17 @@ int tc_check_public_api(char *msg, size_t len)
         FAIL("cudaMemcpy back: %s", cudaGetErrorString(e));
     for (int i = 0; i < 256; i++)
         if (host[i] != (float)i) FAIL("ring_allreduce on device memory, one rank: element %d is %g, want %d", i, host[i], i);
-    /* Only the all-reduce takes device buffers. */
-    rc = ring_broadcast(c, dev, 16, RING_FLOAT32, 0);
-    if (rc != RING_ERR_UNSUPPORTED || !strstr(ring_comm_last_error(c), "only ring_allreduce"))
-        FAIL("ring_broadcast on device memory: %s (%s), want RING_ERR_UNSUPPORTED", ring_result_name(rc), ring_comm_last_error(c));
+    /* The other collectives on one rank: broadcast leaves the buffer, all-gather copies it. */
+    rc = ring_broadcast(c, dev, 256, RING_FLOAT32, 0);
+    if (rc != RING_OK) FAIL("ring_broadcast on device memory: %s (%s)", ring_result_name(rc), ring_comm_last_error(c));
+    if ((e = cudaMemset(dev + 512, 0, 256 * sizeof(float))) != cudaSuccess) FAIL("cudaMemset: %s", cudaGetErrorString(e));
+    rc = ring_allgather(c, dev, dev + 512, 256, RING_FLOAT32);
+    if (rc != RING_OK) FAIL("ring_allgather on device memory: %s (%s)", ring_result_name(rc), ring_comm_last_error(c));
+    memset(host, 0, sizeof host);
+    if ((e = cudaMemcpy(host, dev + 512, sizeof host, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        FAIL("cudaMemcpy back: %s", cudaGetErrorString(e));
+    for (int i = 0; i < 256; i++)
+        if (host[i] != (float)i) FAIL("ring_allgather on device memory, one rank: element %d is %g, want %d", i, host[i], i);
     rc = ring_allreduce(c, (char *)dev + 2, (char *)dev + 2, 16, RING_FLOAT32, RING_SUM);
     if (rc != RING_ERR_INVALID_ARG)
         FAIL("misaligned device buffer: %s (%s), want RING_ERR_INVALID_ARG", ring_result_name(rc), ring_comm_last_error(c));

@@ -5,9 +5,10 @@
 #
 #   perf/cuda/gpu_checks.sh [--build DIR] [--results DIR] [--steps LIST] [--no-bench] [--no-sanitizer]
 #
-# LIST: comma-separated steps below (default build,tests,sanitizer,allreduce,bench); the build
+# LIST: comma-separated steps below (default build,tests,sanitizer,coll,bench); the build
 # always runs (a no-op when up to date), so a session with a per-command time limit can run
-# `--steps tests,allreduce` and `--steps sanitizer,bench` as two commands.
+# `--steps tests,coll` and `--steps sanitizer,bench` as two commands (`allreduce` is an old
+# name of `coll`).
 #
 #  1. build:      meson setup DIR -Dcuda=enabled -Drdma=disabled (release, no -Werror:
 #                 another machine's compilers may warn differently), ninja
@@ -16,14 +17,15 @@
 #                 exists
 #  3. sanitizer:  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the kernel
 #                 checks (--quick: short lengths)
-#  4. allreduce:  device-buffer all-reduce over 2 and 4 local ranks (cuda_allreduce_check under
+#  4. coll:       device-buffer all-reduce, reduce-scatter, all-gather and broadcast over 2 and
+#                 4 local ranks (cuda_coll_check under
 #                 ringrun), where the build has the device path
 #  5. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
 #                 (target: ratio >= 0.9 at >= 256 MiB); reported, not a failure
 #
 # Logs go to DIR (default perf/results/cuda-<UTC date>-<GPU>/), at most 8 files so that a
 # remote session can bring them back: summary.txt (machine, GPU, driver, date, every command
-# and its result), build.log, tests.log, sanitizer.log, allreduce.log, bench.log.
+# and its result), build.log, tests.log, sanitizer.log, coll.log, bench.log.
 # Exit status: 0 when every check passed (the benchmark's ratio does not count), 77 when no
 # usable GPU was found (everything GPU-side skipped), else 1.
 set -u -o pipefail
@@ -32,7 +34,7 @@ root=$PWD
 
 build=build-gpu
 results=
-steps=tests,sanitizer,allreduce,bench
+steps=tests,sanitizer,coll,bench
 while [ $# -gt 0 ]; do
     case $1 in
     --build) build=$2; shift 2 ;;
@@ -129,15 +131,15 @@ if [ $sanitizer = 1 ]; then
     fi
 fi
 
-# The device-buffer all-reduce across processes (built only where the device path is).
-if want allreduce && [ -x "$build/perf/cuda/cuda_allreduce_check" ]; then
+# The device-buffer collectives across processes (built only where the device path is).
+if { want coll || want allreduce; } && [ -x "$build/perf/cuda/cuda_coll_check" ]; then
     for n in 2 4; do
-        step "allreduce-n$n" "$results/allreduce.log" "$build/tools/ringrun" -n $n --timeout 300 \
-            "$build/perf/cuda/cuda_allreduce_check"
+        step "coll-n$n" "$results/coll.log" "$build/tools/ringrun" -n $n --timeout 300 \
+            "$build/perf/cuda/cuda_coll_check"
     done
     if [ $sanitizer = 1 ] && command -v compute-sanitizer >/dev/null; then
-        step "allreduce-memcheck" "$results/allreduce.log" "$build/tools/ringrun" -n 2 --timeout 300 \
-            compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_allreduce_check" --quick
+        step "coll-memcheck" "$results/coll.log" "$build/tools/ringrun" -n 2 --timeout 300 \
+            compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" --quick
     fi
 fi
 

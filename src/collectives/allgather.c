@@ -50,13 +50,18 @@ static void ag_done(ring__sched_t *s, size_t i, void *slot)
     (void)slot;
 }
 
+void ring__allgather_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring__sched_init(s, comm, op, comm->nranks, 0, comm->nranks - 1, 0);
+    s->send_msg = ag_send;
+    s->recv_msg = ag_recv;
+    s->recv_done = ag_done;
+}
+
 ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring__sched_t s;
-    ring__sched_init(&s, comm, op, comm->nranks, 0, comm->nranks - 1, 0);
-    s.send_msg = ag_send;
-    s.recv_msg = ag_recv;
-    s.recv_done = ag_done;
+    ring__allgather_sched(&s, comm, op);
     char *own = (char *)op->recvbuf + (size_t)comm->rank * op->count * s.esize;
     if (own != (const char *)op->sendbuf && op->count) memmove(own, op->sendbuf, op->count * s.esize);
     return ring__engine_run(&s);

@@ -20,28 +20,19 @@
 #include <string.h>
 
 #include "engine.h"
-#include "reduce.h"
 
 /* Segment numbers follow ring positions (comm->pos), not ranks: every segment is reduced by
  * exactly one position and copied to all, whatever the order. */
-int ring__allreduce_seg_sent(int r, int n, int k)
-{
-    return k <= n - 2 ? ring__mod(r - k, n) : ring__mod(r + 1 - (k - (n - 1)), n);
-}
-
-int ring__allreduce_seg_recv(int r, int n, int k)
-{
-    return k <= n - 2 ? ring__mod(r - k - 1, n) : ring__mod(r - (k - (n - 1)), n);
-}
-
 static int seg_sent(const ring__sched_t *s, int k)
 {
-    return ring__allreduce_seg_sent(s->comm->pos, s->comm->nranks, k);
+    int r = s->comm->pos, n = s->comm->nranks;
+    return k <= n - 2 ? ring__mod(r - k, n) : ring__mod(r + 1 - (k - (n - 1)), n);
 }
 
 static int seg_recv(const ring__sched_t *s, int k)
 {
-    return ring__allreduce_seg_recv(s->comm->pos, s->comm->nranks, k);
+    int r = s->comm->pos, n = s->comm->nranks;
+    return k <= n - 2 ? ring__mod(r - k - 1, n) : ring__mod(r - (k - (n - 1)), n);
 }
 
 static void ar_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)
@@ -83,18 +74,20 @@ static void ar_done(ring__sched_t *s, size_t i, void *slot)
     ring__layout_chunk(&s->layout, j, seg_recv(s, k), c, &off, &n);
     char *dst = (char *)s->op->recvbuf + off * s->esize;
     const char *own = (const char *)s->op->sendbuf + off * s->esize;
-    if (k == nr - 2)
-        ring__reduce_final(dst, slot, own, n, s->op->dtype, s->op->op, nr);
-    else
-        ring__reduce(dst, slot, own, n, s->op->dtype, s->op->op);
+    ring__sched_reduce(s, dst, slot, own, n, k == nr - 2);
+}
+
+void ring__allreduce_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring__sched_init(s, comm, op, comm->nranks, 1, 2 * (comm->nranks - 1), 0);
+    s->send_msg = ar_send;
+    s->recv_msg = ar_recv;
+    s->recv_done = ar_done;
 }
 
 ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring__sched_t s;
-    ring__sched_init(&s, comm, op, comm->nranks, 1, 2 * (comm->nranks - 1), 0);
-    s.send_msg = ar_send;
-    s.recv_msg = ar_recv;
-    s.recv_done = ar_done;
+    ring__allreduce_sched(&s, comm, op);
     return ring__engine_run(&s);
 }

@@ -36,18 +36,23 @@ static void bc_done(ring__sched_t *s, size_t i, void *slot)
     (void)slot;
 }
 
+void ring__broadcast_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    /* One segment, one step per round, one lane: message i is simply chunk i of the buffer. */
+    ring__sched_init(s, comm, op, 1, 0, 1, 1);
+    size_t nmsg = s->nsend;
+    /* The chain runs along ring positions from the root's to the one before it. */
+    int last = ring__mod(comm->pos_of[op->root] - 1, comm->nranks);
+    s->nsend = comm->pos == last ? 0 : nmsg;
+    s->nrecv = comm->rank == op->root ? 0 : nmsg;
+    s->send_msg = bc_send;
+    s->recv_msg = bc_recv;
+    s->recv_done = bc_done;
+}
+
 ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring__sched_t s;
-    /* One segment, one step per round, one lane: message i is simply chunk i of the buffer. */
-    ring__sched_init(&s, comm, op, 1, 0, 1, 1);
-    size_t nmsg = s.nsend;
-    /* The chain runs along ring positions from the root's to the one before it. */
-    int last = ring__mod(comm->pos_of[op->root] - 1, comm->nranks);
-    s.nsend = comm->pos == last ? 0 : nmsg;
-    s.nrecv = comm->rank == op->root ? 0 : nmsg;
-    s.send_msg = bc_send;
-    s.recv_msg = bc_recv;
-    s.recv_done = bc_done;
+    ring__broadcast_sched(&s, comm, op);
     return ring__engine_run(&s);
 }

@@ -27,6 +27,7 @@
 #include "engine.h"
 #include "log.h"
 #include "p2p.h"
+#include "reduce.h"
 #include "wire.h"
 #include "topo.h"
 #include "transport.h"
@@ -107,6 +108,18 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
     ring__layout_init(&s->layout, op->count, nseg, balanced, e ? e : 1, lanes);
     s->nsteps = nsteps;
     s->nsend = s->nrecv = ring__layout_nmsgs(&s->layout, nsteps);
+    s->send_msg = NULL;
+    s->recv_msg = NULL;
+    s->recv_done = NULL;
+    s->reduce = NULL;
+    s->dev = NULL;
+}
+
+void ring__sched_reduce(ring__sched_t *s, void *dst, const void *slot, const void *own, size_t n, int final)
+{
+    if (s->reduce) s->reduce(s, dst, slot, own, n, final);
+    else if (final) ring__reduce_final(dst, slot, own, n, s->op->dtype, s->op->op, s->comm->nranks);
+    else ring__reduce(dst, slot, own, n, s->op->dtype, s->op->op);
 }
 
 #define SLOT_ZC (-2) /* received in place, in the transport's memory (zero-copy) */
@@ -158,8 +171,8 @@ ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes)
     return RING_OK;
 }
 
-static ring_result_t waiting_error(ring__sched_t *s, ring_result_t code, const char *what, size_t ns, size_t nr,
-                                   int got_desc)
+ring_result_t ring__engine_waiting_error(const ring__sched_t *s, ring_result_t code, const char *what, size_t ns,
+                                         size_t nr, int got_desc)
 {
     ring_comm_t *comm = s->comm;
     const char *name = ring__coll_name(s->op->coll);
@@ -346,7 +359,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         void *conns[2] = {sc, rc_};
         RING_CHECK(ring__wait_idle(comm, conns, 2, now - last, &stop));
         if (stop == RING__WAIT_ABORTED) {
-            rc = waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
+            rc = ring__engine_waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
             goto fail;
         }
         if (stop == RING__WAIT_REMOTE) {
@@ -356,7 +369,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
         if (stop == RING__WAIT_TIMEOUT) {
             char what[96];
             snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-            rc = waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
+            rc = ring__engine_waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
             goto fail;
         }
     }

@@ -35,9 +35,22 @@ struct ring__sched {
      * written (it reads the same bytes), or RING__NONE.
      */
     void (*recv_msg)(ring__sched_t *s, size_t i, void **buf, size_t *len, size_t *guard, int *keep);
-    /* Receive i landed (slot is its scratch slot or NULL): reduce or copy it. In order. */
+    /* Receive i landed (slot is its scratch slot or NULL): reduce or copy it. In order. Its
+     * reductions go through ring__sched_reduce. */
     void (*recv_done)(ring__sched_t *s, size_t i, void *slot);
+
+    /*
+     * Where recv_done's reductions run: NULL (ring__sched_init) is the host loops, in place.
+     * The device engine (src/cuda/coll.c) drives the same schedules over device buffers; its
+     * hook queues the copy of the slot to the GPU and a kernel instead. dev is its state.
+     */
+    void (*reduce)(ring__sched_t *s, void *dst, const void *slot, const void *own, size_t n, int final);
+    void *dev;
 };
+
+/* dst = slot op own, n elements of the op's dtype (final: the last combining step, where
+ * RING_AVG divides by N): through s->reduce, or on the host. */
+void ring__sched_reduce(ring__sched_t *s, void *dst, const void *slot, const void *own, size_t n, int final);
 
 /* Run the schedule to completion. Exchanges and checks the collective descriptor with the
  * neighbours first. Returns with the comm's error message set on failure. */
@@ -80,15 +93,22 @@ ring_result_t ring__algo_failed(ring_comm_t *comm, ring_result_t rc, const ring_
 /* comm->scratch of at least `bytes` (page-aligned, kept and reused). */
 ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes);
 
-/* Algorithms (one file each). */
+/* Algorithms (one file each). The _sched functions fill in a ring schedule without running
+ * it: the host runs it with ring__engine_run, the device engine (src/cuda/coll.c) with its
+ * own staging, so both send the same messages in the same order. */
 ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op);
-/* The ring all-reduce's segment sent / received at step k (0 .. 2(n-1)-1) by ring position r:
- * the one schedule every ring all-reduce (host and device buffers) follows. */
-int ring__allreduce_seg_sent(int r, int n, int k);
-int ring__allreduce_seg_recv(int r, int n, int k);
+void ring__allreduce_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+void ring__reduce_scatter_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
+/* The all-gather's schedule leaves the own segment to the caller (sendbuf -> recvbuf). */
 ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+void ring__allgather_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op);
+void ring__broadcast_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
+/* The engine's message for a wait that ended without completion (abort, timeout), naming
+ * what it waited for: the left neighbour's descriptor, receive nr + 1, or send ns + 1. */
+ring_result_t ring__engine_waiting_error(const ring__sched_t *s, ring_result_t code, const char *what, size_t ns,
+                                         size_t nr, int got_desc);
 ring_result_t ring__barrier_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 /* Recursive doubling (rd.c): allreduce of small buffers, and barrier (count 0). */
 ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op);

@@ -15,7 +15,6 @@
  * is also what makes in-place (recvbuf inside sendbuf at segment r) safe.
  */
 #include "engine.h"
-#include "reduce.h"
 
 static void rs_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)
 {
@@ -53,19 +52,24 @@ static void rs_done(ring__sched_t *s, size_t i, void *slot)
     ring__layout_chunk(&s->layout, j, seg, c, &off, &n);
     const char *own = (const char *)s->op->sendbuf + off * s->esize;
     if (k < nr - 2) {
-        ring__reduce(slot, slot, own, n, s->op->dtype, s->op->op);
+        ring__sched_reduce(s, slot, slot, own, n, 0);
     } else {
         char *dst = (char *)s->op->recvbuf + (off - ring__layout_seg_off(&s->layout, seg)) * s->esize;
-        ring__reduce_final(dst, slot, own, n, s->op->dtype, s->op->op, nr);
+        ring__sched_reduce(s, dst, slot, own, n, 1);
     }
+}
+
+void ring__reduce_scatter_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring__sched_init(s, comm, op, comm->nranks, 0, comm->nranks - 1, 0);
+    s->send_msg = rs_send;
+    s->recv_msg = rs_recv;
+    s->recv_done = rs_done;
 }
 
 ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring__sched_t s;
-    ring__sched_init(&s, comm, op, comm->nranks, 0, comm->nranks - 1, 0);
-    s.send_msg = rs_send;
-    s.recv_msg = rs_recv;
-    s.recv_done = rs_done;
+    ring__reduce_scatter_sched(&s, comm, op);
     return ring__engine_run(&s);
 }

@@ -1,31 +1,21 @@
 /*
- * All-reduce on CUDA device buffers (coll.h, docs/cuda.md "Device buffers").
+ * Collectives on CUDA device buffers: all-reduce, reduce-scatter, all-gather and broadcast
+ * (coll.h, docs/cuda.md "Device buffers").
  *
  * The host path is not touched: api.c sends a call here only when src/cuda/mem.c found its
  * buffers in device memory and ring__cuda_accept_op took it. The wire protocol is the host
- * path's own (same descriptor, same algorithm choice, same messages in the same order), so a
- * rank with device buffers and a rank with host buffers can be in one call.
+ * path's own (same descriptor, same algorithm choice, same messages in the same order: the
+ * ring algorithms' own schedules drive the staging below), so ranks with device buffers and
+ * ranks with host buffers can be in one call.
  *
- *  - 1 rank: a device-to-device copy.
- *  - Sizes the latency algorithms take (recursive doubling/halving, ring__algo_for): the whole
- *    buffer is staged through pinned host memory (these are at most RING_RH_MAX_BYTES) and the
- *    host algorithm runs on it.
- *  - The ring (large sizes): chunk by chunk, never a full-size host copy. For each message
- *    of the host ring's schedule (allreduce.c):
- *      send i:  D2H of its region into pinned send slot i % depth, an event; once the event
- *               completed, isend from the slot; the slot is free when the send completed.
- *      recv i:  irecv into pinned receive slot i % depth; once it arrived: reduce-scatter
- *               steps copy it H2D into device slot i % depth and reduce it into recvbuf there
- *               (recvbuf = slot + sendbuf; AVG divides at the last step), all-gather steps copy
- *               it H2D straight into recvbuf; an event; the slots are free when it completed.
- *    Everything on the GPU goes into one stream, in the order it is queued, and the queueing
- *    follows the host engine's rules: a send that forwards a reduced chunk is queued after
- *    that chunk's reduction (its D2H then runs after the kernel), an all-gather receive is
- *    copied into recvbuf only after the send that reads the same bytes queued its D2H. Windows
- *    are `depth` messages per direction, as on the host, so the deadlock argument of
- *    design.md carries over (the only new waits are for the local GPU, which always
- *    finishes). With one stream, copies in both directions and kernels do not overlap each
- *    other; they overlap the network, which is the slower part.
+ *  - 1 rank: a device-to-device copy (nothing for broadcast).
+ *  - Sizes the point-to-point algorithms take (recursive doubling/halving all-reduce, tree
+ *    broadcast; ring__algo_for): the whole buffer is staged through pinned host memory and
+ *    the host algorithm runs on it. By default these are small buffers (RING_RH_MAX_BYTES,
+ *    RING_TREE_MAX_BYTES); RING_ALGO=rd|rh forces them, and this staging, at any size.
+ *  - The ring (everything else): chunk by chunk through `depth` pinned slots per direction,
+ *    never a full-size host copy (staged_engine below). Bytes on the wire are the host
+ *    algorithm's; each byte sent also crosses PCIe once D2H, each byte received once H2D.
  *
  * Staging memory (pinned slots, device slots, stream, events) lives in a process-wide pool,
  * one set per call in flight, reused by later calls on the same device: no per-call
@@ -110,7 +100,7 @@ static ring_result_t stage_get(ring_comm_t *comm, int device, stage_t **out)
     pthread_mutex_unlock(&pool_mu);
     if (*out) return RING_OK;
     stage_t *s = calloc(1, sizeof *s);
-    if (!s) return ring__seterr(comm, RING_ERR_NOMEM, "device all-reduce: out of memory");
+    if (!s) return ring__seterr(comm, RING_ERR_NOMEM, "device collectives: out of memory");
     s->device = device;
     ring_result_t rc = ring__cuda_stream_create(comm, &s->st);
     if (rc != RING_OK) {
@@ -140,7 +130,7 @@ static ring_result_t stage_ring_ensure(ring_comm_t *comm, stage_t *s, size_t slo
     s->sreq = calloc(d, sizeof *s->sreq);
     s->rreq = calloc(d, sizeof *s->rreq);
     if (!s->sev || !s->rev || !s->sreq || !s->rreq) {
-        rc = ring__seterr(comm, RING_ERR_NOMEM, "device all-reduce: out of memory");
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "device collectives: out of memory");
         goto fail;
     }
     s->depth = depth; /* from here stage_free_ring destroys what was created */
@@ -176,64 +166,102 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 {
     const char *name = ring__coll_name(op->coll);
     int dev = send_dev >= 0 ? send_dev : recv_dev;
-    if (op->coll != RING__COLL_ALLREDUCE)
-        return ring__seterr(comm, RING_ERR_UNSUPPORTED,
-                            "ring_%s: %s CUDA device memory (device %d): only ring_allreduce takes device buffers in "
-                            "this version; pass host, pinned or managed memory (docs/cuda.md)",
-                            name, which, dev);
+    if (op->coll != RING__COLL_ALLREDUCE && op->coll != RING__COLL_REDUCE_SCATTER && op->coll != RING__COLL_ALLGATHER &&
+        op->coll != RING__COLL_BROADCAST)
+        return ring__seterr(comm, RING_ERR_UNSUPPORTED, "ring_%s: %s CUDA device memory (device %d): not supported", name,
+                            which, dev);
     if (send_dev < 0 || recv_dev < 0)
         return ring__seterr(comm, RING_ERR_UNSUPPORTED,
-                            "ring_allreduce: %s CUDA device memory (device %d) and the other buffer is not: pass both "
+                            "ring_%s: %s CUDA device memory (device %d) and the other buffer is not: pass both "
                             "in device memory, or both in host-accessible memory (docs/cuda.md)",
-                            which, dev);
+                            name, which, dev);
     if (send_dev != recv_dev)
         return ring__seterr(comm, RING_ERR_UNSUPPORTED,
-                            "ring_allreduce: sendbuf is on CUDA device %d and recvbuf on device %d: both must be on one "
-                            "device",
-                            send_dev, recv_dev);
+                            "ring_%s: sendbuf is on CUDA device %d and recvbuf on device %d: both must be on one device",
+                            name, send_dev, recv_dev);
     size_t es = ring_dtype_size(op->dtype);
     if (((uintptr_t)op->sendbuf | (uintptr_t)op->recvbuf) % es)
         return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                            "ring_allreduce: device buffers must be aligned to the %zu-byte element size of %s "
+                            "ring_%s: device buffers must be aligned to the %zu-byte element size of %s "
                             "(sendbuf %p, recvbuf %p)",
-                            es, ring__dtype_name(op->dtype), op->sendbuf, (void *)op->recvbuf);
+                            name, es, ring__dtype_name(op->dtype), op->sendbuf, (void *)op->recvbuf);
     char why[256] = "";
     if (!ring__cuda_usable(why, sizeof why))
         return ring__seterr(comm, RING_ERR_UNSUPPORTED,
-                            "ring_allreduce: %s CUDA device memory (device %d) but this process cannot use the GPU: %s",
+                            "ring_%s: %s CUDA device memory (device %d) but this process cannot use the GPU: %s", name,
                             which, dev, why);
     op->mem_device = 1;
     op->device = dev;
     return RING_OK;
 }
 
-/* ---------- the staged ring ---------- */
+/* ---------- the staged ring engine ---------- */
 
-static ring_result_t waiting_error(ring_comm_t *comm, const ring__opdesc_t *op, ring_result_t code, const char *what,
-                                   size_t ns, size_t nsend, size_t nr, size_t nrecv, int got_desc)
+/* What the reduction hook needs of the call in progress. */
+typedef struct dev_state {
+    stage_t *S;
+    size_t cur;                  /* the receive recv_done is processing */
+    const unsigned char *pinned; /* its pinned slot */
+    int reduced;                 /* recv_done reduced it (through the hook) */
+    unsigned char **kept;        /* per receive slot: where a kept (forwarded) sum lives */
+    ring_result_t err;
+} dev_state_t;
+
+/* ring__sched_reduce on the device: the received slot goes H2D into the receive's device
+ * slot, then a kernel. The device slot starts at the output's address modulo 256 (the own
+ * input's when the sum stays in the slot to be forwarded), so the kernel's 16-byte vector body
+ * applies whenever sendbuf and recvbuf agree. */
+static void dev_reduce(ring__sched_t *s, void *dst, const void *slot, const void *own, size_t n, int final)
 {
-    unsigned long long seq = (unsigned long long)op->seq;
-    if (!got_desc)
-        return ring__seterr(comm, code, "allreduce #%llu (device buffers) %s while waiting for %s to enter the collective",
-                            seq, what, comm->peer_desc[0]);
-    if (nr < nrecv)
-        return ring__seterr(comm, code, "allreduce #%llu (device buffers) %s while waiting for message %zu of %zu from %s",
-                            seq, what, nr + 1, nrecv, comm->peer_desc[0]);
-    return ring__seterr(comm, code, "allreduce #%llu (device buffers) %s while sending message %zu of %zu to %s", seq,
-                        what, ns + 1, nsend, comm->peer_desc[1]);
+    dev_state_t *d = s->dev;
+    stage_t *S = d->S;
+    ring_comm_t *comm = s->comm;
+    ring_result_t rc = RING_OK;
+    if (d->err) return;
+    if (slot != d->pinned) {
+        d->err = ring__seterr(comm, RING_ERR_INTERNAL, "device engine: receive %zu reduced from a foreign slot", d->cur);
+        return;
+    }
+    const size_t ri = d->cur % (size_t)S->depth;
+    const int in_slot = dst == slot; /* a partial sum that a later send forwards */
+    unsigned char *ds = S->dslot + ri * (S->slot + 256) + ((uintptr_t)(in_slot ? own : dst) & 255);
+    unsigned char *out = in_slot ? ds : dst;
+    RING_CHECK(ring__cuda_memcpy_async(comm, ds, slot, n * s->esize, S->st));
+    if (final) RING_CHECK(ring__cuda_reduce_final(comm, out, ds, own, n, s->op->dtype, s->op->op, comm->nranks, S->st));
+    else RING_CHECK(ring__cuda_reduce(comm, out, ds, own, n, s->op->dtype, s->op->op, S->st));
+    if (in_slot) d->kept[ri] = ds;
+    d->reduced = 1;
+    return;
+fail:
+    d->err = rc;
 }
 
-static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S, int *quarantine)
+/*
+ * Runs a host ring schedule (engine.h) whose buffers are device memory. The callbacks say
+ * which bytes each message carries; this loop moves them through pinned slots:
+ *   send i:  D2H of its bytes (device buffer, or the device slot that holds a kept partial
+ *            sum) into pinned send slot i % depth, an event; once it completed, isend from
+ *            the slot; the slot is free when the send completed.
+ *   recv i:  irecv into pinned receive slot i % depth; once arrived, in order: into a device
+ *            buffer, an H2D copy; into scratch (buf NULL), recv_done reduces it through
+ *            dev_reduce (H2D into the device slot, a kernel); an event. The slots are free when
+ *            that work finished and, for a kept sum, the send that forwards it queued its D2H.
+ * Everything on the GPU goes into one stream, in the order it is queued, so the host engine's
+ * rules become rules about queueing: a send waits until the receive it depends on has queued
+ * its work (its D2H then runs after the kernel), a receive with a guard waits until that send
+ * queued its D2H (which then reads the bytes before the H2D overwrites them). Windows are
+ * `depth` messages per direction, as on the host, so the deadlock argument of design.md
+ * carries over (the only new waits are for the local GPU, which always finishes). With one
+ * stream, copies in both directions and kernels do not overlap each other; they overlap the
+ * network, which is the slower part.
+ */
+static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantine)
 {
-    const int n = comm->nranks, r = comm->pos, depth = comm->params.pipeline_depth;
-    ring__sched_t sc; /* the host schedule's geometry; its callbacks are not used */
-    ring__sched_init(&sc, comm, op, n, 1, 2 * (n - 1), 0);
-    const ring__layout_t *L = &sc.layout;
-    const int nsteps = sc.nsteps;
-    const size_t es = sc.esize, nsend = sc.nsend, nrecv = sc.nrecv, D = (size_t)depth;
+    ring_comm_t *comm = sc->comm;
+    const ring__opdesc_t *op = sc->op;
+    const int depth = comm->params.pipeline_depth;
+    const size_t D = (size_t)depth, nsend = sc->nsend, nrecv = sc->nrecv;
     const size_t slot = (comm->params.chunk_bytes + 255) & ~(size_t)255;
-    const unsigned char *sendbuf = op->sendbuf;
-    unsigned char *recvbuf = op->recvbuf;
     void *sconn = comm->send_right, *rconn = comm->recv_left;
     const ring__transport_t *stp = ring__tp_of(sconn), *rtp = ring__tp_of(rconn);
     unsigned char mydesc[RING__DESC_LEN], theirdesc[RING__DESC_LEN];
@@ -243,45 +271,67 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
      * processed (H2D and kernel queued) >= released (that GPU work finished). */
     size_t ns_staged = 0, ns_posted = 0, ns_done = 0;
     size_t nr_posted = 0, nr_arrived = 0, nr_proc = 0, nr_released = 0;
+    size_t *slen = NULL, *held = NULL; /* per send slot: bytes; per receive slot: kept receive or NONE */
+    dev_state_t d = {.S = S};
     int64_t last = ring__now_ns();
     ring_result_t rc = RING_OK;
 
     RING_CHECK(stage_ring_ensure(comm, S, slot, depth));
+    slen = calloc(D, sizeof *slen);
+    held = malloc(D * sizeof *held);
+    d.kept = calloc(D, sizeof *d.kept);
+    if (!slen || !held || !d.kept) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "device engine: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < D; i++) held[i] = RING__NONE;
+    sc->reduce = dev_reduce;
+    sc->dev = &d;
+
     ring__desc_build(mydesc, op, RING__ALGO_RING);
     RING_CHECK(stp->isend(sconn, mydesc, RING__DESC_LEN, NULL, &dsend));
     RING_CHECK(rtp->irecv(rconn, theirdesc, RING__DESC_LEN, NULL, &drecv));
     if (!dsend || !drecv) {
-        rc = ring__seterr(comm, RING_ERR_INTERNAL, "device all-reduce: transport refused the descriptor message");
+        rc = ring__seterr(comm, RING_ERR_INTERNAL, "device engine: transport refused the descriptor message");
         goto fail;
     }
-    RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "allreduce #%llu on device %d: count %zu, %zu messages each way",
-             (unsigned long long)op->seq, op->device, op->count, nsend);
+    RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "%s #%llu on device %d: count %zu, %zu sends, %zu receives",
+             ring__coll_name(op->coll), (unsigned long long)op->seq, op->device, op->count, nsend, nrecv);
 
     for (;;) {
         int busy = 0, moved = 0;
-        size_t j, off, len;
-        int k, c;
 
         /* Receives into free pinned slots. */
         while (got_desc && nr_posted < nrecv && nr_posted - nr_released < D) {
-            ring__layout_msg_coords(L, nsteps, nr_posted, &j, &k, &c);
-            ring__layout_chunk(L, j, ring__allreduce_seg_recv(r, n, k), c, &off, &len);
-            void *req = NULL;
-            RING_CHECK(rtp->irecv(rconn, S->hrecv + (nr_posted % D) * S->slot, len * es, NULL, &req));
+            void *buf = NULL, *req = NULL;
+            size_t len = 0, guard = RING__NONE;
+            int keep = 0;
+            sc->recv_msg(sc, nr_posted, &buf, &len, &guard, &keep);
+            RING_CHECK(rtp->irecv(rconn, S->hrecv + (nr_posted % D) * S->slot, len, NULL, &req));
             if (!req) break;
             S->rreq[nr_posted % D] = req;
             nr_posted++;
             busy = 1;
         }
-        /* Stage sends: D2H once the chunk's reduction is queued and a send slot is free. */
+        /* Stage sends: D2H once what they read is queued and a send slot is free. */
         while (ns_staged < nsend && ns_staged - ns_done < D) {
-            ring__layout_msg_coords(L, nsteps, ns_staged, &j, &k, &c);
-            if (k > 0 && ring__layout_msg_index(L, nsteps, j, k - 1, c) >= nr_proc) break;
-            ring__layout_chunk(L, j, ring__allreduce_seg_sent(r, n, k), c, &off, &len);
-            const unsigned char *src = (k == 0 ? sendbuf : recvbuf) + off * es;
+            const void *buf = NULL;
+            size_t len = 0, dep = RING__NONE, slot_of = RING__NONE;
+            sc->send_msg(sc, ns_staged, &buf, &len, &dep, &slot_of);
+            if (dep != RING__NONE && dep >= nr_proc) break;
+            if (slot_of != RING__NONE) {
+                if (held[slot_of % D] != slot_of) {
+                    rc = ring__seterr(comm, RING_ERR_INTERNAL, "device engine: send %zu forwards receive %zu, not held",
+                                      ns_staged, slot_of);
+                    goto fail;
+                }
+                buf = d.kept[slot_of % D];
+            }
             size_t si = ns_staged % D;
-            RING_CHECK(ring__cuda_memcpy_async(comm, S->hsend + si * S->slot, src, len * es, S->st));
+            RING_CHECK(ring__cuda_memcpy_async(comm, S->hsend + si * S->slot, buf, len, S->st));
             RING_CHECK(ring__cuda_event_record(comm, S->sev[si], S->st));
+            if (slot_of != RING__NONE) held[slot_of % D] = RING__NONE; /* the D2H is queued: later work comes after */
+            slen[si] = len;
             ns_staged++;
             busy = 1;
         }
@@ -289,12 +339,10 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         while (ns_posted < ns_staged) {
             size_t si = ns_posted % D;
             int done = 0;
+            void *req = NULL;
             RING_CHECK(ring__cuda_event_query(comm, S->sev[si], &done));
             if (!done) break;
-            ring__layout_msg_coords(L, nsteps, ns_posted, &j, &k, &c);
-            ring__layout_chunk(L, j, ring__allreduce_seg_sent(r, n, k), c, &off, &len);
-            void *req = NULL;
-            RING_CHECK(stp->isend(sconn, S->hsend + si * S->slot, len * es, NULL, &req));
+            RING_CHECK(stp->isend(sconn, S->hsend + si * S->slot, slen[si], NULL, &req));
             if (!req) break;
             S->sreq[si] = req;
             ns_posted++;
@@ -323,35 +371,39 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         }
         /* Process arrived receives, in order: queue their H2D (and reduction). */
         while (nr_proc < nr_arrived) {
-            ring__layout_msg_coords(L, nsteps, nr_proc, &j, &k, &c);
-            ring__layout_chunk(L, j, ring__allreduce_seg_recv(r, n, k), c, &off, &len);
-            size_t ri = nr_proc % D;
-            unsigned char *dst = recvbuf + off * es;
-            const unsigned char *pinned = S->hrecv + ri * S->slot;
-            if (k <= n - 2) {
-                /* Reduce-scatter: the device slot starts at dst's address modulo 256, so the
-                 * kernel's 16-byte vector body applies whenever sendbuf and recvbuf agree. */
-                unsigned char *ds = S->dslot + ri * (S->slot + 256) + ((uintptr_t)dst & 255);
-                const unsigned char *own = sendbuf + off * es;
-                RING_CHECK(ring__cuda_memcpy_async(comm, ds, pinned, len * es, S->st));
-                if (k == n - 2)
-                    RING_CHECK(ring__cuda_reduce_final(comm, dst, ds, own, len, op->dtype, op->op, n, S->st));
-                else
-                    RING_CHECK(ring__cuda_reduce(comm, dst, ds, own, len, op->dtype, op->op, S->st));
+            void *buf = NULL;
+            size_t len = 0, guard = RING__NONE, ri = nr_proc % D;
+            int keep = 0;
+            sc->recv_msg(sc, nr_proc, &buf, &len, &guard, &keep);
+            if (guard != RING__NONE && guard >= ns_staged) break;
+            unsigned char *pinned = S->hrecv + ri * S->slot;
+            if (buf) {
+                RING_CHECK(ring__cuda_memcpy_async(comm, buf, pinned, len, S->st));
+                sc->recv_done(sc, nr_proc, NULL);
             } else {
-                /* All-gather: straight into recvbuf, after the send that reads these bytes
-                 * queued its copy (the host engine's guard). */
-                size_t guard = ring__layout_msg_index(L, nsteps, j, k - (n - 1), c);
-                if (guard >= ns_staged) break;
-                RING_CHECK(ring__cuda_memcpy_async(comm, dst, pinned, len * es, S->st));
+                d.cur = nr_proc;
+                d.pinned = pinned;
+                d.reduced = 0;
+                sc->recv_done(sc, nr_proc, pinned);
+                if (d.err) {
+                    rc = d.err;
+                    goto fail;
+                }
+                if (!d.reduced) {
+                    rc = ring__seterr(comm, RING_ERR_INTERNAL, "device engine: receive %zu into scratch was not reduced",
+                                      nr_proc);
+                    goto fail;
+                }
+                if (keep) held[ri] = nr_proc;
             }
             RING_CHECK(ring__cuda_event_record(comm, S->rev[ri], S->st));
             nr_proc++;
             busy = 1;
         }
-        /* Release slots whose GPU work finished. */
+        /* Release slots whose GPU work finished and whose kept sum was forwarded. */
         while (nr_released < nr_proc) {
             int done = 0;
+            if (held[nr_released % D] == nr_released) break;
             RING_CHECK(ring__cuda_event_query(comm, S->rev[nr_released % D], &done));
             if (!done) break;
             nr_released++;
@@ -373,68 +425,102 @@ static ring_result_t staged_ring(ring_comm_t *comm, const ring__opdesc_t *op, st
         void *conns[2] = {sconn, rconn};
         RING_CHECK(ring__wait_idle(comm, conns, 2, gpu_pending ? 0 : now - last, &stop));
         if (stop == RING__WAIT_ABORTED) {
-            rc = waiting_error(comm, op, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nsend, nr_arrived, nrecv,
-                               got_desc);
+            rc = ring__engine_waiting_error(sc, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_arrived,
+                                            got_desc);
             goto fail;
         }
         if (stop == RING__WAIT_REMOTE) {
-            rc = ring__remote_result(comm, "allreduce");
+            rc = ring__remote_result(comm, ring__coll_name(op->coll));
             goto fail;
         }
         if (stop == RING__WAIT_TIMEOUT) {
             char what[96];
             snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-            rc = waiting_error(comm, op, RING_ERR_TIMEOUT, what, ns_done, nsend, nr_arrived, nrecv, got_desc);
+            rc = ring__engine_waiting_error(sc, RING_ERR_TIMEOUT, what, ns_done, nr_arrived, got_desc);
             goto fail;
         }
     }
-    return RING_OK;
 
 fail:
     /* Requests still posted point into the pinned slots (and the descriptors into this frame,
      * which the host engine shares: a failed communicator is never driven again). */
-    if (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv) *quarantine = 1;
+    if (rc != RING_OK && (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv)) *quarantine = 1;
+    free(slen);
+    free(held);
+    free(d.kept);
     return rc;
 }
 
 /* ---------- entry ---------- */
 
-static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S, int *quarantine)
+/* The whole buffer through pinned memory, for the point-to-point algorithms (recursive
+ * doubling and halving, the broadcast tree), which run only on small buffers: D2H where the
+ * input matters, the host algorithm on the pinned copy, H2D of the result. */
+static ring_result_t whole_staged(ring_comm_t *comm, const ring__opdesc_t *op, int algo, stage_t *S, int *quarantine)
 {
     const size_t bytes = op->count * ring_dtype_size(op->dtype);
+    const int bcast = op->coll == RING__COLL_BROADCAST;
     ring_result_t rc;
-    if (comm->nranks == 1) {
-        if (op->sendbuf == op->recvbuf) return RING_OK;
-        rc = ring__cuda_memcpy_async(comm, op->recvbuf, op->sendbuf, bytes, S->st);
-        return rc == RING_OK ? ring__cuda_stream_sync(comm, S->st) : rc;
-    }
-    int algo = ring__algo_for(comm, RING__COLL_ALLREDUCE, bytes);
-    if (algo == RING__ALGO_RING) return staged_ring(comm, op, S, quarantine);
-
-    /* Recursive doubling or halving (at most RING_RH_MAX_BYTES): the host algorithm on a
-     * pinned copy of the whole buffer. */
     RING_CHECK(stage_whole_ensure(comm, S, bytes));
-    RING_CHECK(ring__cuda_memcpy_async(comm, S->whole, op->sendbuf, bytes, S->st));
-    RING_CHECK(ring__cuda_stream_sync(comm, S->st));
+    if (!bcast || comm->rank == op->root) {
+        RING_CHECK(ring__cuda_memcpy_async(comm, S->whole, op->sendbuf, bytes, S->st));
+        RING_CHECK(ring__cuda_stream_sync(comm, S->st));
+    }
     ring__opdesc_t h = *op;
     h.sendbuf = h.recvbuf = S->whole;
     h.mem_device = 0;
-    rc = algo == RING__ALGO_RD ? ring__allreduce_rd(comm, &h) : ring__allreduce_rh(comm, &h);
+    rc = bcast ? ring__broadcast_tree(comm, &h) : algo == RING__ALGO_RD ? ring__allreduce_rd(comm, &h) : ring__allreduce_rh(comm, &h);
     if (rc != RING_OK) {
         *quarantine = 1; /* the point-to-point layer may still hold requests into S->whole */
         return rc;
     }
-    RING_CHECK(ring__cuda_memcpy_async(comm, op->recvbuf, S->whole, bytes, S->st));
-    RING_CHECK(ring__cuda_stream_sync(comm, S->st));
+    if (!bcast || comm->rank != op->root) {
+        RING_CHECK(ring__cuda_memcpy_async(comm, op->recvbuf, S->whole, bytes, S->st));
+        RING_CHECK(ring__cuda_stream_sync(comm, S->st));
+    }
     return RING_OK;
+fail:
+    return rc;
+}
+
+static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S, int *quarantine)
+{
+    const size_t es = ring_dtype_size(op->dtype), bytes = op->count * es;
+    ring_result_t rc;
+    if (comm->nranks == 1) {
+        /* One rank: the result is the input, as on the host (reduce-scatter's segment 0 and
+         * all-gather's only segment are the first count elements). */
+        if (op->coll == RING__COLL_BROADCAST || op->sendbuf == op->recvbuf) return RING_OK;
+        rc = ring__cuda_memcpy_async(comm, op->recvbuf, op->sendbuf, bytes, S->st);
+        return rc == RING_OK ? ring__cuda_stream_sync(comm, S->st) : rc;
+    }
+    int algo = ring__algo_for(comm, op->coll, bytes);
+    if (algo == RING__ALGO_RD || algo == RING__ALGO_RH || algo == RING__ALGO_TREE)
+        return whole_staged(comm, op, algo, S, quarantine);
+
+    ring__sched_t sc;
+    switch (op->coll) {
+    case RING__COLL_ALLREDUCE: ring__allreduce_sched(&sc, comm, op); break;
+    case RING__COLL_REDUCE_SCATTER: ring__reduce_scatter_sched(&sc, comm, op); break;
+    case RING__COLL_ALLGATHER: {
+        /* The own segment, device to device, queued before anything that reads it. */
+        unsigned char *own = (unsigned char *)op->recvbuf + (size_t)comm->rank * bytes;
+        if (own != (const unsigned char *)op->sendbuf && bytes)
+            RING_CHECK(ring__cuda_memcpy_async(comm, own, op->sendbuf, bytes, S->st));
+        ring__allgather_sched(&sc, comm, op);
+        break;
+    }
+    case RING__COLL_BROADCAST: ring__broadcast_sched(&sc, comm, op); break;
+    default: return ring__seterr(comm, RING_ERR_INTERNAL, "device path: %s is not supported", ring__coll_name(op->coll));
+    }
+    rc = staged_engine(&sc, S, quarantine);
+    if (rc == RING_OK) rc = ring__cuda_stream_sync(comm, S->st);
 fail:
     return rc;
 }
 
 ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
-    if (op->coll != RING__COLL_ALLREDUCE)
-        return ring__seterr(comm, RING_ERR_INTERNAL, "device path: %s is not supported", ring__coll_name(op->coll));
     int prev = 0, quarantine = 0;
     stage_t *S = NULL;
     /* Blocking calls run on the caller's thread: leave its current device as it was. A thread
@@ -457,8 +543,8 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
         /* quarantine == 1: transport requests may still point into S; it is never reused. */
     }
     if (rc != RING_OK)
-        RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "allreduce #%llu on device %d failed: %s",
-                 (unsigned long long)op->seq, op->device, comm->errmsg);
+        RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu on device %d failed: %s",
+                 ring__coll_name(op->coll), (unsigned long long)op->seq, op->device, comm->errmsg);
     if (restore && prev != op->device) (void)ring__cuda_set_device(NULL, prev);
     return rc;
 }

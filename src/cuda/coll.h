@@ -1,6 +1,7 @@
 /*
- * Collectives on CUDA device buffers (docs/cuda.md, "Device buffers"): the all-reduce staged
- * through pinned host memory, chunk by chunk, on the host path's wire protocol. Built where
+ * Collectives on CUDA device buffers (docs/cuda.md, "Device buffers"): all-reduce,
+ * reduce-scatter, all-gather and broadcast, staged through pinned host memory chunk by chunk
+ * on the host path's wire protocol. Built where
  * RING_HAVE_CUDA; src/cuda/mem.c and src/core/api.c are the only callers.
  */
 #ifndef RING_CUDA_COLL_H

@@ -121,7 +121,7 @@ ring_result_t ring__cuda_memset(ring_comm_t *comm, void *dst, int value, size_t 
  * they are touched (so copies and kernels really complete later than they are queued, and
  * events report done only once everything before them ran), kernels run through
  * ring__cuda_reduce_emulated. Lets the device-buffer collectives run, and be checked, on
- * machines without a GPU (tests/test_cuda_ranks.c).
+ * machines without a GPU (tests/test_cuda_coll.c).
  */
 void ring__cuda_set_emulation(int on);
 int ring__cuda_emulating(void);

@@ -1,8 +1,8 @@
 /*
- * The device-buffer all-reduce across processes (src/cuda/coll.c, docs/cuda.md), one process
+ * The device-buffer collectives across processes (src/cuda/coll.c, docs/cuda.md), one process
  * per rank under ringrun:
  *
- *   ringrun -n N cuda_allreduce_check [--emulate] [--mixed] [--quick]
+ *   ringrun -n N cuda_coll_check [--emulate] [--mixed] [--quick]
  *
  * --emulate  no GPU needed (CI): the GPU is emulated on the CPU (ring__cuda_set_emulation:
  *            copies and kernels complete later than they are queued, in stream order) and
@@ -14,11 +14,12 @@
  * --quick    fewer cases (for compute-sanitizer).
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
- * not depend on the order of combination), runs ring_allreduce (blocking or async, in place or
- * not, aligned, offset by one element, or with sendbuf and recvbuf misaligned to each other),
- * copies the result back and compares every element with the reference; sizes cover the
- * whole-buffer staging (recursive doubling/halving) and the chunked ring with many messages
- * (run with a small RING_CHUNK_BYTES). Exit status: 0 passed, 1 failed, 77 no usable GPU.
+ * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
+ * ring_allgather or ring_broadcast (blocking or async, in place or not, aligned, offset by one
+ * element, or with sendbuf and recvbuf misaligned to each other), copies the result back and
+ * compares every element with the reference; sizes cover the whole-buffer staging (recursive
+ * doubling/halving, the broadcast tree) and the chunked ring with many messages (run with a
+ * small RING_CHUNK_BYTES). Exit status: 0 passed, 1 failed, 77 no usable GPU.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -64,29 +65,54 @@ static const layout_t layouts[] = {
     {"async in place, offset 3", 1, 1, 3, 3},
 };
 
-/* One all-reduce; returns 0 when every element matched. */
-static int run_case(ring_comm_t *comm, int use_device, ring_dtype_t dt, ring_op_t op, size_t count, const layout_t *lo,
-                    uint64_t opidx)
+enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_COUNT };
+static const char *const coll_names[C_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+
+/* One collective of `count` (per-rank block for reduce-scatter and all-gather); returns 0 when
+ * every element matched. */
+static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt, ring_op_t op, size_t count,
+                    const layout_t *lo, uint64_t opidx)
 {
     const int rank = ring_comm_rank(comm), n = ring_comm_nranks(comm);
-    const size_t es = ring_dtype_size(dt), bytes = count * es;
+    const size_t es = ring_dtype_size(dt);
     const uint64_t seed = 0xc0da;
-    unsigned char *in = malloc(bytes + 1), *out = malloc(bytes + 1), *want = malloc(bytes + 1);
+    const int root = (int)(opidx % (uint64_t)n);
+    /* Elements in sendbuf and recvbuf, and where rank's block sits in the bigger one. */
+    size_t scount = count, rcount = count, mine = 0;
+    if (coll == C_REDUCE_SCATTER) scount = count * (size_t)n, mine = (size_t)rank * count;
+    if (coll == C_ALLGATHER) rcount = count * (size_t)n, mine = (size_t)rank * count;
+    const size_t sbytes = scount * es, rbytes = rcount * es;
+    unsigned char *in = malloc(sbytes + 1), *out = malloc(rbytes + 1), *want = malloc(rbytes + 1);
     unsigned char *hostbuf = NULL;
     int bad = 0;
-    char what[160];
-    snprintf(what, sizeof what, "%s %s count %zu %s (%s)", ref_dtype_name(dt), ref_op_name(op), count, lo->name,
-             use_device ? "device" : "host");
+    char what[192];
+    snprintf(what, sizeof what, "%s %s %s count %zu %s (%s)", coll_names[coll], ref_dtype_name(dt), ref_op_name(op),
+             count, lo->name, use_device ? "device" : "host");
     if (!in || !out || !want) {
         fprintf(stderr, "rank %d: out of memory\n", rank);
         exit(1);
     }
-    ref_fill(in, count, dt, op, REF_EXACT, n, seed, opidx, rank, 0);
-    ref_expect_reduce(want, count, dt, op, n, seed, opidx, 0);
+    switch (coll) {
+    case C_ALLREDUCE:
+    case C_REDUCE_SCATTER:
+        ref_fill(in, scount, dt, op, REF_EXACT, n, seed, opidx, rank, 0);
+        ref_expect_reduce(want, rcount, dt, op, n, seed, opidx, mine);
+        break;
+    case C_ALLGATHER:
+        ref_fill(in, scount, dt, op, REF_EXACT, n, seed, opidx, rank, 0);
+        for (int r = 0; r < n; r++) ref_fill(want + (size_t)r * count * es, count, dt, op, REF_EXACT, n, seed, opidx, r, 0);
+        break;
+    default:
+        if (rank == root) ref_fill(in, scount, dt, op, REF_EXACT, n, seed, opidx, root, 0);
+        else ref_fill_garbage(in, sbytes, opidx);
+        ref_fill(want, rcount, dt, op, REF_EXACT, n, seed, opidx, root, 0);
+    }
 
-    /* sendbuf and recvbuf in the arena (device) or on the heap (host). */
+    /* sendbuf and recvbuf in the arena (device) or on the heap (host). In place: recvbuf is
+     * sendbuf (all-reduce, broadcast), or this rank's block of the bigger buffer. */
     unsigned char *base;
-    size_t need = 2 * (bytes + 64 * es) + 512;
+    size_t big = (sbytes > rbytes ? sbytes : rbytes) + 64 * es;
+    size_t need = 2 * big + 512;
     if (use_device) {
         if (need > ARENA_BYTES) {
             fprintf(stderr, "rank %d: %s does not fit the arena\n", rank, what);
@@ -97,29 +123,50 @@ static int run_case(ring_comm_t *comm, int use_device, ring_dtype_t dt, ring_op_
         hostbuf = aligned_alloc(256, (need + 255) & ~(size_t)255);
         base = hostbuf;
     }
-    unsigned char *send = base + lo->send_off * es;
-    unsigned char *recv = lo->inplace ? send : base + ((bytes + 64 * es + 511) & ~(size_t)255) + lo->recv_off * es;
-    if (ring__cuda_memcpy(NULL, send, in, bytes) != RING_OK) {
+    unsigned char *send, *recv;
+    if (coll == C_BROADCAST || (lo->inplace && coll == C_ALLREDUCE)) {
+        send = recv = base + lo->send_off * es;
+    } else if (lo->inplace && coll == C_REDUCE_SCATTER) {
+        send = base + lo->send_off * es;
+        recv = send + mine * es;
+    } else if (lo->inplace) { /* all-gather */
+        recv = base + lo->recv_off * es;
+        send = recv + mine * es;
+    } else {
+        send = base + lo->send_off * es;
+        recv = base + ((big + 511) & ~(size_t)255) + lo->recv_off * es;
+    }
+    if (ring__cuda_memcpy(NULL, send, in, sbytes) != RING_OK) {
         fprintf(stderr, "rank %d: %s: %s\n", rank, what, ring_comm_last_error(NULL));
         exit(1);
     }
-    ring_result_t rc;
-    if (lo->async) {
-        ring_request_t *req = NULL;
-        rc = ring_allreduce_async(comm, send, recv, count, dt, op, &req);
-        if (rc == RING_OK) rc = ring_wait(req);
-    } else {
-        rc = ring_allreduce(comm, send, recv, count, dt, op);
+    ring_result_t rc = RING_OK;
+    ring_request_t *req = NULL;
+    switch (coll) {
+    case C_ALLREDUCE:
+        rc = lo->async ? ring_allreduce_async(comm, send, recv, count, dt, op, &req)
+                       : ring_allreduce(comm, send, recv, count, dt, op);
+        break;
+    case C_REDUCE_SCATTER:
+        rc = lo->async ? ring_reduce_scatter_async(comm, send, recv, count, dt, op, &req)
+                       : ring_reduce_scatter(comm, send, recv, count, dt, op);
+        break;
+    case C_ALLGATHER:
+        rc = lo->async ? ring_allgather_async(comm, send, recv, count, dt, &req) : ring_allgather(comm, send, recv, count, dt);
+        break;
+    default:
+        rc = lo->async ? ring_broadcast_async(comm, send, count, dt, root, &req) : ring_broadcast(comm, send, count, dt, root);
     }
+    if (rc == RING_OK && req) rc = ring_wait(req);
     if (rc != RING_OK) {
         fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, ring_result_name(rc), ring_comm_last_error(comm));
         exit(1); /* the communicator is failed now: nothing more to learn */
     }
-    if (ring__cuda_memcpy(NULL, out, recv, bytes) != RING_OK) {
+    if (ring__cuda_memcpy(NULL, out, recv, rbytes) != RING_OK) {
         fprintf(stderr, "rank %d: %s: copy back: %s\n", rank, what, ring_comm_last_error(NULL));
         exit(1);
     }
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < rcount; i++)
         if (memcmp(out + i * es, want + i * es, es)) {
             char g[64], w[64];
             ref_format_elem(g, sizeof g, out + i * es, dt);
@@ -177,31 +224,39 @@ int main(int argc, char **argv)
     char gpu[256];
     ring__cuda_describe(NULL, rank % ndev, gpu, sizeof gpu);
     if (rank == 0)
-        printf("cuda_allreduce_check: %d ranks, %s buffers, %s%s; RING_CHUNK_BYTES=%s RING_PIPELINE_DEPTH=%s\n", n,
+        printf("cuda_coll_check: %d ranks, %s buffers, %s%s; RING_CHUNK_BYTES=%s RING_PIPELINE_DEPTH=%s\n", n,
                mixed ? "mixed host/device" : "device", emulate ? "emulated GPU" : gpu, quick ? ", quick" : "",
                getenv("RING_CHUNK_BYTES") ? getenv("RING_CHUNK_BYTES") : "default",
                getenv("RING_PIPELINE_DEPTH") ? getenv("RING_PIPELINE_DEPTH") : "default");
 
-    /* Whole-buffer staging (small: recursive doubling; medium: halving from 3 ranks) and the
-     * ring (many chunks with a small RING_CHUNK_BYTES); counts below, at and above nranks. */
+    /* Whole-buffer staging (small: recursive doubling; medium: halving from 3 ranks; the
+     * broadcast tree from 4) and the ring (many chunks with a small RING_CHUNK_BYTES); counts
+     * below, at and above nranks. All-reduce and reduce-scatter take every dtype x op, the
+     * other two (no arithmetic) every dtype; the biggest sizes a subset. */
     static const size_t counts[] = {1, 2, 5, 17, 1000, 6000, 40000, 250001};
     static const size_t quick_counts[] = {3, 1000, 70001};
     const size_t *cs = quick ? quick_counts : counts;
     size_t ncs = quick ? sizeof quick_counts / sizeof *quick_counts : sizeof counts / sizeof *counts;
+    const size_t nlayouts = sizeof layouts / sizeof *layouts;
     uint64_t opidx = 0;
     int cases = 0, bad = 0;
-    for (size_t ci = 0; ci < ncs; ci++)
-        for (int dt = 0; dt < RING_DTYPE_COUNT; dt++)
-            for (int op = 0; op < RING_OP_COUNT; op++) {
-                /* Every dtype x op on each size, the layouts in turn; big sizes a subset. */
-                if (cs[ci] > 50000 && (op != RING_SUM && op != RING_AVG) && dt != RING_FLOAT32) continue;
-                const layout_t *lo = &layouts[(opidx + ci) % (sizeof layouts / sizeof *layouts)];
-                bad |= run_case(comm, use_device, (ring_dtype_t)dt, (ring_op_t)op, cs[ci], lo, opidx++);
-                cases++;
-            }
-    /* Every layout on a ring-sized buffer. */
-    for (size_t li = 0; li < sizeof layouts / sizeof *layouts; li++, cases++)
-        bad |= run_case(comm, use_device, RING_BFLOAT16, RING_SUM, quick ? 50001 : 300007, &layouts[li], opidx++);
+    for (int coll = 0; coll < C_COUNT; coll++)
+        for (size_t ci = 0; ci < ncs; ci++)
+            for (int dt = 0; dt < RING_DTYPE_COUNT; dt++)
+                for (int op = 0; op < RING_OP_COUNT; op++) {
+                    size_t count = cs[ci];
+                    if ((coll == C_ALLGATHER || coll == C_BROADCAST) && op != RING_SUM) continue;
+                    if (count > 50000 && (op != RING_SUM && op != RING_AVG) && dt != RING_FLOAT32) continue;
+                    if (count > 50000 && coll != C_ALLREDUCE && coll != C_BROADCAST) count /= (size_t)n;
+                    const layout_t *lo = &layouts[(opidx + ci) % nlayouts];
+                    bad |= run_case(comm, use_device, coll, (ring_dtype_t)dt, (ring_op_t)op, count, lo, opidx++);
+                    cases++;
+                }
+    /* Every layout on a ring-sized buffer, every collective. */
+    for (int coll = 0; coll < C_COUNT; coll++)
+        for (size_t li = 0; li < nlayouts; li++, cases++)
+            bad |= run_case(comm, use_device, coll, RING_BFLOAT16, RING_SUM, quick ? 50001 : 300007 / (size_t)n,
+                            &layouts[li], opidx++);
 
     /* Everyone agrees on the verdict (a host all-reduce of the failure flags). */
     int32_t flag = bad, any = 0;
