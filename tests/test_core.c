@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bootstrap.h"
+#include "free_port.h"
 #include "net.h"
 #include "engine.h"
 #include "internal.h"
@@ -473,7 +474,9 @@ Test(comm, root_waits_then_names_missing_ranks)
     cr_assert_eq(r, RING_ERR_INVALID_ARG);
     ring_comm_destroy(c);
     c = NULL;
-    r = ring_comm_init(&c, 3, 0, "127.0.0.1:47391");
+    char root[32];
+    snprintf(root, sizeof root, "127.0.0.1:%d", free_port());
+    r = ring_comm_init(&c, 3, 0, root);
     cr_assert_eq(r, RING_ERR_TIMEOUT, "got %s: %s", ring_result_name(r), ring_comm_last_error(c));
     cr_assert(strstr(ring_comm_last_error(c), "missing rank(s) 1, 2") != NULL, "%s", ring_comm_last_error(c));
     ring_comm_destroy(c);
@@ -490,8 +493,6 @@ Test(comm, root_waits_then_names_missing_ranks)
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "free_port.h"
 
 typedef struct pair_arg {
     int rank;
