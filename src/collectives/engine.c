@@ -171,8 +171,8 @@ ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes)
     return RING_OK;
 }
 
-ring_result_t ring__engine_waiting_error(const ring__sched_t *s, ring_result_t code, const char *what, size_t ns,
-                                         size_t nr, int got_desc)
+static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, const char *what, size_t ns, size_t nr,
+                                   int got_desc)
 {
     ring_comm_t *comm = s->comm;
     const char *name = ring__coll_name(s->op->coll);
@@ -185,6 +185,24 @@ ring_result_t ring__engine_waiting_error(const ring__sched_t *s, ring_result_t c
                             nr + 1, s->nrecv, comm->peer_desc[0]);
     return ring__seterr(comm, code, "%s #%llu %s while sending message %zu of %zu to %s", name, seq, what, ns + 1,
                         s->nsend, comm->peer_desc[1]);
+}
+
+ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t ns_done, size_t nr_done, int got_desc)
+{
+    ring_comm_t *comm = s->comm;
+    void *conns[2] = {comm->send_right, comm->recv_left};
+    int stop;
+    ring_result_t rc = ring__wait_idle(comm, conns, 2, idle_ns, &stop);
+    if (rc != RING_OK) return rc;
+    if (stop == RING__WAIT_ABORTED)
+        return waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
+    if (stop == RING__WAIT_REMOTE) return ring__remote_result(comm, ring__coll_name(s->op->coll));
+    if (stop == RING__WAIT_TIMEOUT) {
+        char what[96];
+        snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
+        return waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
+    }
+    return RING_OK;
 }
 
 ring_result_t ring__desc_step(ring_comm_t *comm, const ring__transport_t *stp, const ring__transport_t *rtp,
@@ -355,23 +373,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
             last = now;
             continue;
         }
-        int stop;
-        void *conns[2] = {sc, rc_};
-        RING_CHECK(ring__wait_idle(comm, conns, 2, now - last, &stop));
-        if (stop == RING__WAIT_ABORTED) {
-            rc = ring__engine_waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
-            goto fail;
-        }
-        if (stop == RING__WAIT_REMOTE) {
-            rc = ring__remote_result(comm, ring__coll_name(s->op->coll));
-            goto fail;
-        }
-        if (stop == RING__WAIT_TIMEOUT) {
-            char what[96];
-            snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-            rc = ring__engine_waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
-            goto fail;
-        }
+        RING_CHECK(ring__engine_idle(s, now - last, ns_done, nr_done, got_desc));
     }
 
 fail:

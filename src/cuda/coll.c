@@ -421,24 +421,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
          * remote failures are still checked); otherwise sleep on the sockets as the host
          * engine does. */
         int gpu_pending = ns_posted < ns_staged || nr_released < nr_proc;
-        int stop;
-        void *conns[2] = {sconn, rconn};
-        RING_CHECK(ring__wait_idle(comm, conns, 2, gpu_pending ? 0 : now - last, &stop));
-        if (stop == RING__WAIT_ABORTED) {
-            rc = ring__engine_waiting_error(sc, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_arrived,
-                                            got_desc);
-            goto fail;
-        }
-        if (stop == RING__WAIT_REMOTE) {
-            rc = ring__remote_result(comm, ring__coll_name(op->coll));
-            goto fail;
-        }
-        if (stop == RING__WAIT_TIMEOUT) {
-            char what[96];
-            snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-            rc = ring__engine_waiting_error(sc, RING_ERR_TIMEOUT, what, ns_done, nr_arrived, got_desc);
-            goto fail;
-        }
+        RING_CHECK(ring__engine_idle(sc, gpu_pending ? 0 : now - last, ns_done, nr_arrived, got_desc));
     }
 
 fail:
