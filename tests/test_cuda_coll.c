@@ -12,6 +12,11 @@
  * --mixed    odd ranks pass host buffers, even ranks device buffers: both paths in one call
  *            (they share the wire protocol).
  * --quick    fewer cases (for compute-sanitizer).
+ * --expect-ipc  with RING_CUDA_IPC=1: fail unless every rank sent and received its ring
+ *            messages over CUDA IPC links (src/cuda/ipc.c), not staged through host memory.
+ * --ipc-mixed   with RING_CUDA_IPC=1, rank 1 breaks the knob's promise and passes host
+ *            buffers to a ring all-reduce: every rank must return an error within 10 s (the
+ *            neighbours of rank 1 RING_ERR_MISMATCH naming RING_CUDA_IPC), none may hang.
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
  * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
@@ -25,9 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/ipc.h"
 #include "cuda/mem.h"
 #include "cuda/mem_abi.h"
 #include "cuda/ring_cuda.h"
@@ -184,13 +191,15 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
 
 int main(int argc, char **argv)
 {
-    int mixed = 0, quick = 0;
+    int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--expect-ipc")) expect_ipc = 1;
+        else if (!strcmp(argv[i], "--ipc-mixed")) ipc_mixed = 1;
         else {
-            fprintf(stderr, "usage: %s [--emulate] [--mixed] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed]\n", argv[0]);
             return 2;
         }
     }
@@ -221,6 +230,26 @@ int main(int argc, char **argv)
     }
     if (!arena) return 1;
     const int use_device = !mixed || rank % 2 == 0;
+    if (ipc_mixed) {
+        /* Big enough for the ring at any chunk size the tests use. */
+        const size_t count = 1 << 20;
+        float *host = calloc(count, sizeof *host);
+        void *buf = rank == 1 ? (void *)host : (void *)arena;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        rc = host ? ring_allreduce(comm, buf, buf, count, RING_FLOAT32, RING_SUM) : RING_ERR_NOMEM;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const char *msg = ring_comm_last_error(comm);
+        int neighbour = n > 1 && (rank == 2 % n || rank == 1);
+        int ok = rc != RING_OK && s < 10 &&
+                 (!neighbour || (rc == RING_ERR_MISMATCH && strstr(msg, "RING_CUDA_IPC") != NULL));
+        printf("rank %d (%s buffers): %s after %.2f s: %s: %s\n", rank, rank == 1 ? "host" : "device",
+               ok ? "PASS" : "FAIL", s, ring_result_name(rc), msg);
+        free(host);
+        ring_comm_destroy(comm);
+        return ok ? 0 : 1;
+    }
     char gpu[256];
     ring__cuda_describe(NULL, rank % ndev, gpu, sizeof gpu);
     if (rank == 0)
@@ -258,6 +287,16 @@ int main(int argc, char **argv)
             bad |= run_case(comm, use_device, coll, RING_BFLOAT16, RING_SUM, quick ? 50001 : 300007 / (size_t)n,
                             &layouts[li], opidx++);
 
+    if (expect_ipc && n > 1) {
+        uint64_t tx = 0, rx = 0;
+        ring__cuda_ipc_counts(comm, &tx, &rx);
+        printf("rank %d: %llu messages sent and %llu received over CUDA IPC\n", rank, (unsigned long long)tx,
+               (unsigned long long)rx);
+        if (!tx || !rx) {
+            fprintf(stderr, "rank %d: expected the ring's messages over CUDA IPC (RING_CUDA_IPC=1)\n", rank);
+            bad = 1;
+        }
+    }
     /* Everyone agrees on the verdict (a host all-reduce of the failure flags). */
     int32_t flag = bad, any = 0;
     rc = ring_allreduce(comm, &flag, &any, 1, RING_INT32, RING_MAX);

@@ -18,8 +18,8 @@
 #  3. sanitizer:  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the kernel
 #                 checks (--quick: short lengths)
 #  4. coll:       device-buffer all-reduce, reduce-scatter, all-gather and broadcast over 2 and
-#                 4 local ranks (cuda_coll_check under
-#                 ringrun), where the build has the device path
+#                 4 local ranks (cuda_coll_check under ringrun), staged through host memory
+#                 and with RING_CUDA_IPC=1 over CUDA IPC, where the build has the device path
 #  5. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
 #                 (target: ratio >= 0.9 at >= 256 MiB); reported, not a failure
 #
@@ -136,6 +136,9 @@ if { want coll || want allreduce; } && [ -x "$build/perf/cuda/cuda_coll_check" ]
     for n in 2 4; do
         step "coll-n$n" "$results/coll.log" "$build/tools/ringrun" -n $n --timeout 300 \
             "$build/perf/cuda/cuda_coll_check"
+        # The same over CUDA IPC links (every rank on the same GPU when there is one).
+        step "coll-ipc-n$n" "$results/coll.log" env RING_CUDA_IPC=1 "$build/tools/ringrun" -n $n --timeout 300 \
+            "$build/perf/cuda/cuda_coll_check" --expect-ipc
     done
     if [ $sanitizer = 1 ] && command -v compute-sanitizer >/dev/null; then
         step "coll-memcheck" "$results/coll.log" "$build/tools/ringrun" -n 2 --timeout 300 \

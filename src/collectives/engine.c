@@ -74,12 +74,14 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
         break;
     }
     n = strlen(out);
+    const char *ipc = algo & RING__ALGO_CUDA_IPC ? ", device buffers with RING_CUDA_IPC=1" : "";
+    algo &= ~(uint32_t)RING__ALGO_CUDA_IPC;
     if (n < len)
-        snprintf(out + n, len - n, " [%s]",
+        snprintf(out + n, len - n, " [%s%s]",
                  algo == RING__ALGO_RD     ? "recursive doubling"
                  : algo == RING__ALGO_TREE ? "binomial tree"
                  : algo == RING__ALGO_RH   ? "recursive halving"
-                                           : "ring");
+                                           : "ring", ipc);
 }
 
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,

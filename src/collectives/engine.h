@@ -72,6 +72,9 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
  * out ("its <relation> <who> called ..."), RING_ERR_PROTOCOL for garbage.
  */
 #define RING__DESC_LEN 40
+/* Or-ed into a descriptor's algorithm: the ring call of a rank with RING_CUDA_IPC=1 and device
+ * buffers, whose link messages (src/cuda/ipc.c) follow the descriptor. */
+#define RING__ALGO_CUDA_IPC 0x100
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);

@@ -28,6 +28,9 @@
 #include "rdma.h"
 #include "topo.h"
 #include "transport.h"
+#if RING_HAVE_CUDA
+#include "cuda/ipc.h"
+#endif
 #include "watch.h"
 
 /* How long a call that lost a connection waits for the star to say why (watch.c): the rank
@@ -442,6 +445,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     atomic_init(&comm->fail_code, RING_OK);
     atomic_init(&comm->aborted, 0);
     atomic_init(&comm->remote_failed, 0);
+    atomic_init(&comm->cuda_ipc_device, -1);
     comm->watch_stop_fd = -1;
     pthread_mutex_init(&comm->err_mu, NULL);
     pthread_mutex_init(&comm->star_mu, NULL);
@@ -479,6 +483,9 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
 fail:
     /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. */
     ring__watch_stop(comm);
+#if RING_HAVE_CUDA
+    ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */
+#endif
     release_network(comm);
     ring__comm_fail(comm, rc);
     snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);

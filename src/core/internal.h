@@ -99,6 +99,7 @@ typedef struct ring__params {
     uint8_t secret[16];
     int secret_set;
     char ifname[128];
+    int cuda_ipc; /* RING_CUDA_IPC: device collectives between same-host neighbours over CUDA IPC */
 } ring__params_t;
 
 struct ring_comm {
@@ -152,6 +153,11 @@ struct ring_comm {
     void *lcomm;
     void *shm_ctx; /* shared-memory transport (shm.c); connections to same-host peers upgrade to it */
     void *rdma_ctx; /* verbs transport (rdma.c), NULL without a usable port; other-host peers upgrade to it */
+    /* CUDA IPC links to the ring neighbours (src/cuda/ipc.c), made by the first device
+     * collective with RING_CUDA_IPC=1, freed by ring_comm_destroy; cuda_ipc_device is the
+     * device they are bound to (-1: none yet), claimed when that call is accepted. */
+    void *cuda_ipc;
+    atomic_int cuda_ipc_device;
     struct ring_reg *regs; /* ring_comm_register handles not yet deregistered (guarded by mu) */
     /* Topology (src/topo): the process's view of the machine (NULL if unreadable) and this
      * communicator's placement (NULL with one rank): NIC, NUMA node of buffers, progress

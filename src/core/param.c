@@ -229,6 +229,9 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     } else {
         snprintf(p->shm_dir, sizeof p->shm_dir, "/dev/shm");
     }
+    v = 0;
+    RING_CHECK(env_int("RING_CUDA_IPC", 0, 1, &v));
+    p->cuda_ipc = (int)v;
     const char *algo = getenv("RING_ALGO");
     p->algo = RING__ALGO_AUTO;
     if (algo && *algo) {

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "cuda/coll.h"
+#include "cuda/ipc.h"
 #include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
 #include "engine.h"
@@ -185,6 +186,17 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
                             "ring_%s: device buffers must be aligned to the %zu-byte element size of %s "
                             "(sendbuf %p, recvbuf %p)",
                             name, es, ring__dtype_name(op->dtype), op->sendbuf, (void *)op->recvbuf);
+    if (comm->params.cuda_ipc) {
+        /* The CUDA IPC links are made on the device of the first device collective and stay
+         * there: claimed here, in issue order, before anything is sent. */
+        int bound = -1;
+        if (!atomic_compare_exchange_strong(&comm->cuda_ipc_device, &bound, dev) && bound != dev)
+            return ring__seterr(comm, RING_ERR_UNSUPPORTED,
+                                "ring_%s: buffers on CUDA device %d, but with RING_CUDA_IPC=1 this communicator's "
+                                "device collectives run on device %d (its first one): use one device per "
+                                "communicator (docs/cuda.md)",
+                                name, dev, bound);
+    }
     char why[256] = "";
     if (!ring__cuda_usable(why, sizeof why))
         return ring__seterr(comm, RING_ERR_UNSUPPORTED,
@@ -203,6 +215,7 @@ typedef struct dev_state {
     size_t cur;                  /* the receive recv_done is processing */
     const unsigned char *pinned; /* its pinned slot */
     int reduced;                 /* recv_done reduced it (through the hook) */
+    int remote;                  /* it lies in the left neighbour's device memory (CUDA IPC) */
     unsigned char **kept;        /* per receive slot: where a kept (forwarded) sum lives */
     ring_result_t err;
 } dev_state_t;
@@ -210,7 +223,8 @@ typedef struct dev_state {
 /* ring__sched_reduce on the device: the received slot goes H2D into the receive's device
  * slot, then a kernel. The device slot starts at the output's address modulo 256 (the own
  * input's when the sum stays in the slot to be forwarded), so the kernel's 16-byte vector body
- * applies whenever sendbuf and recvbuf agree. */
+ * applies whenever sendbuf and recvbuf agree. A message that came over CUDA IPC is already on
+ * a GPU: the kernel reads it in the sender's slot. */
 static void dev_reduce(ring__sched_t *s, void *dst, const void *slot, const void *own, size_t n, int final)
 {
     dev_state_t *d = s->dev;
@@ -226,9 +240,13 @@ static void dev_reduce(ring__sched_t *s, void *dst, const void *slot, const void
     const int in_slot = dst == slot; /* a partial sum that a later send forwards */
     unsigned char *ds = S->dslot + ri * (S->slot + 256) + ((uintptr_t)(in_slot ? own : dst) & 255);
     unsigned char *out = in_slot ? ds : dst;
-    RING_CHECK(ring__cuda_memcpy_async(comm, ds, slot, n * s->esize, S->st));
-    if (final) RING_CHECK(ring__cuda_reduce_final(comm, out, ds, own, n, s->op->dtype, s->op->op, comm->nranks, S->st));
-    else RING_CHECK(ring__cuda_reduce(comm, out, ds, own, n, s->op->dtype, s->op->op, S->st));
+    const void *in = slot;
+    if (!d->remote) {
+        RING_CHECK(ring__cuda_memcpy_async(comm, ds, slot, n * s->esize, S->st));
+        in = ds;
+    }
+    if (final) RING_CHECK(ring__cuda_reduce_final(comm, out, in, own, n, s->op->dtype, s->op->op, comm->nranks, S->st));
+    else RING_CHECK(ring__cuda_reduce(comm, out, in, own, n, s->op->dtype, s->op->op, S->st));
     if (in_slot) d->kept[ri] = ds;
     d->reduced = 1;
     return;
@@ -246,6 +264,11 @@ fail:
  *            buffer, an H2D copy; into scratch (buf NULL), recv_done reduces it through
  *            dev_reduce (H2D into the device slot, a kernel); an event. The slots are free when
  *            that work finished and, for a kept sum, the send that forwards it queued its D2H.
+ * With RING_CUDA_IPC=1 a link message follows the descriptor each way (ipc.c), and a link that
+ * is CUDA IPC replaces the pinned slots and the transport: send i is a device-to-device copy
+ * into the right neighbour's slot of the link, published once it finished; receive i reads
+ * the left neighbour's slot (the kernel reduces out of it, or a device-to-device copy), and
+ * the slot goes back once that work finished. The windows stay the same.
  * Everything on the GPU goes into one stream, in the order it is queued, so the host engine's
  * rules become rules about queueing: a send waits until the receive it depends on has queued
  * its work (its D2H then runs after the kernel), a receive with a guard waits until that send
@@ -267,11 +290,20 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     unsigned char mydesc[RING__DESC_LEN], theirdesc[RING__DESC_LEN];
     void *dsend = NULL, *drecv = NULL;
     int got_desc = 0, sent_desc = 0;
+    /* CUDA IPC (ipc.c): the link messages, and the links' first message numbers this call. */
+    const int ipc_on = comm->params.cuda_ipc;
+    ring__ipc_call_t ic = {.tx = 0, .rx = 0};
+    void *lsend = NULL, *lrecv = NULL;
+    int sent_link = !ipc_on, got_link = !ipc_on;
+    uint64_t txb = 0, rxb = 0;
+    int64_t last_check = 0;
     /* sends: staged (D2H queued) >= posted (isend) >= done; receives: posted >= arrived >=
      * processed (H2D and kernel queued) >= released (that GPU work finished). */
     size_t ns_staged = 0, ns_posted = 0, ns_done = 0;
     size_t nr_posted = 0, nr_arrived = 0, nr_proc = 0, nr_released = 0;
     size_t *slen = NULL, *held = NULL; /* per send slot: bytes; per receive slot: kept receive or NONE */
+    unsigned char **sdst = NULL;       /* per send slot: where its bytes were copied */
+    const unsigned char **rsrc = NULL; /* per receive slot: where its bytes are */
     dev_state_t d = {.S = S};
     int64_t last = ring__now_ns();
     ring_result_t rc = RING_OK;
@@ -280,7 +312,9 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     slen = calloc(D, sizeof *slen);
     held = malloc(D * sizeof *held);
     d.kept = calloc(D, sizeof *d.kept);
-    if (!slen || !held || !d.kept) {
+    sdst = calloc(D, sizeof *sdst);
+    rsrc = calloc(D, sizeof *rsrc);
+    if (!slen || !held || !d.kept || !sdst || !rsrc) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "device engine: out of memory");
         goto fail;
     }
@@ -288,7 +322,12 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     sc->reduce = dev_reduce;
     sc->dev = &d;
 
-    ring__desc_build(mydesc, op, RING__ALGO_RING);
+    ring__desc_build(mydesc, op, RING__ALGO_RING | (ipc_on ? RING__ALGO_CUDA_IPC : 0));
+    if (ipc_on) {
+        RING_CHECK(ring__ipc_begin(comm, op->device, &ic));
+        txb = ring__ipc_tx_base(comm);
+        rxb = ring__ipc_rx_base(comm);
+    }
     RING_CHECK(stp->isend(sconn, mydesc, RING__DESC_LEN, NULL, &dsend));
     RING_CHECK(rtp->irecv(rconn, theirdesc, RING__DESC_LEN, NULL, &drecv));
     if (!dsend || !drecv) {
@@ -301,8 +340,23 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     for (;;) {
         int busy = 0, moved = 0;
 
-        /* Receives into free pinned slots. */
-        while (got_desc && nr_posted < nrecv && nr_posted - nr_released < D) {
+        /* The link messages go after the descriptors; the one from the left is taken only
+         * once its descriptor matched, so a rank without RING_CUDA_IPC=1 is reported as a
+         * mismatch rather than as a message of the wrong length. */
+        if (!sent_link && !lsend) RING_CHECK(stp->isend(sconn, ic.out, RING__IPC_MSG_LEN, NULL, &lsend));
+        if (!got_link && !lrecv && got_desc) RING_CHECK(rtp->irecv(rconn, ic.in, RING__IPC_MSG_LEN, NULL, &lrecv));
+        if (ic.tx < 0) {
+            ring__ipc_poll_answer(comm, &ic);
+            busy |= ic.tx >= 0;
+        }
+
+        /* Receives into free pinned slots (over CUDA IPC: the sender's slots, nothing to post). */
+        while (got_link && got_desc && nr_posted < nrecv && nr_posted - nr_released < D) {
+            if (ic.rx == 1) {
+                nr_posted++;
+                busy = 1;
+                continue;
+            }
             void *buf = NULL, *req = NULL;
             size_t len = 0, guard = RING__NONE;
             int keep = 0;
@@ -313,12 +367,14 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             nr_posted++;
             busy = 1;
         }
-        /* Stage sends: D2H once what they read is queued and a send slot is free. */
-        while (ns_staged < nsend && ns_staged - ns_done < D) {
+        /* Stage sends: D2H once what they read is queued and a send slot is free (over CUDA
+         * IPC: a device-to-device copy once the receiver gave the link's slot back). */
+        while (ic.tx >= 0 && (sent_link || lsend) && ns_staged < nsend && ns_staged - ns_done < D) {
             const void *buf = NULL;
             size_t len = 0, dep = RING__NONE, slot_of = RING__NONE;
             sc->send_msg(sc, ns_staged, &buf, &len, &dep, &slot_of);
             if (dep != RING__NONE && dep >= nr_proc) break;
+            if (ic.tx == 1 && !ring__ipc_tx_credit(comm, txb + ns_staged)) break;
             if (slot_of != RING__NONE) {
                 if (held[slot_of % D] != slot_of) {
                     rc = ring__seterr(comm, RING_ERR_INTERNAL, "device engine: send %zu forwards receive %zu, not held",
@@ -328,7 +384,8 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
                 buf = d.kept[slot_of % D];
             }
             size_t si = ns_staged % D;
-            RING_CHECK(ring__cuda_memcpy_async(comm, S->hsend + si * S->slot, buf, len, S->st));
+            sdst[si] = ic.tx == 1 ? ring__ipc_tx_slot(comm, txb + ns_staged, buf) : S->hsend + si * S->slot;
+            RING_CHECK(ring__cuda_memcpy_async(comm, sdst[si], buf, len, S->st));
             RING_CHECK(ring__cuda_event_record(comm, S->sev[si], S->st));
             if (slot_of != RING__NONE) held[slot_of % D] = RING__NONE; /* the D2H is queued: later work comes after */
             slen[si] = len;
@@ -342,6 +399,14 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             void *req = NULL;
             RING_CHECK(ring__cuda_event_query(comm, S->sev[si], &done));
             if (!done) break;
+            if (ic.tx == 1) {
+                /* In the receiver's reach now; the slot's return is the link's business. */
+                ring__ipc_tx_publish(comm, txb + ns_posted, sdst[si], slen[si]);
+                ns_posted++;
+                ns_done++;
+                busy = 1;
+                continue;
+            }
             RING_CHECK(stp->isend(sconn, S->hsend + si * S->slot, slen[si], NULL, &req));
             if (!req) break;
             S->sreq[si] = req;
@@ -353,6 +418,24 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
         RING_CHECK(rtp->progress(rconn, &moved));
 
         RING_CHECK(ring__desc_step(comm, stp, rtp, &dsend, &drecv, &sent_desc, &got_desc, mydesc, theirdesc, &busy));
+        if (lsend) {
+            int done = 0;
+            RING_CHECK(stp->test(lsend, &done));
+            if (done) {
+                lsend = NULL;
+                sent_link = 1;
+            }
+        }
+        if (lrecv) {
+            int done = 0;
+            RING_CHECK(rtp->test(lrecv, &done));
+            if (done) {
+                lrecv = NULL;
+                got_link = 1;
+                busy = 1;
+                RING_CHECK(ring__ipc_accept(comm, &ic));
+            }
+        }
         while (ns_done < ns_posted) {
             int done = 0;
             RING_CHECK(stp->test(S->sreq[ns_done % D], &done));
@@ -363,6 +446,19 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
         }
         while (nr_arrived < nr_posted) {
             int done = 0;
+            if (ic.rx == 1) {
+                void *buf = NULL;
+                size_t len = 0, guard = RING__NONE;
+                int keep = 0;
+                const void *at = NULL;
+                sc->recv_msg(sc, nr_arrived, &buf, &len, &guard, &keep);
+                RING_CHECK(ring__ipc_rx_poll(comm, rxb + nr_arrived, len, &at, &done));
+                if (!done) break;
+                rsrc[nr_arrived % D] = at;
+                nr_arrived++;
+                busy = 1;
+                continue;
+            }
             RING_CHECK(rtp->test(S->rreq[nr_arrived % D], &done));
             if (!done) break;
             S->rreq[nr_arrived % D] = NULL;
@@ -376,15 +472,16 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             int keep = 0;
             sc->recv_msg(sc, nr_proc, &buf, &len, &guard, &keep);
             if (guard != RING__NONE && guard >= ns_staged) break;
-            unsigned char *pinned = S->hrecv + ri * S->slot;
+            const unsigned char *pinned = ic.rx == 1 ? rsrc[ri] : S->hrecv + ri * S->slot;
             if (buf) {
                 RING_CHECK(ring__cuda_memcpy_async(comm, buf, pinned, len, S->st));
                 sc->recv_done(sc, nr_proc, NULL);
             } else {
                 d.cur = nr_proc;
                 d.pinned = pinned;
+                d.remote = ic.rx == 1;
                 d.reduced = 0;
-                sc->recv_done(sc, nr_proc, pinned);
+                sc->recv_done(sc, nr_proc, (void *)pinned);
                 if (d.err) {
                     rc = d.err;
                     goto fail;
@@ -407,10 +504,12 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             RING_CHECK(ring__cuda_event_query(comm, S->rev[nr_released % D], &done));
             if (!done) break;
             nr_released++;
+            if (ic.rx == 1) ring__ipc_rx_release(comm, rxb + nr_released);
             busy = 1;
         }
 
-        if (got_desc && sent_desc && ns_done == nsend && nr_released == nrecv) break;
+        if (got_desc && sent_desc && sent_link && got_link && ic.tx >= 0 && ns_done == nsend && nr_released == nrecv)
+            break;
 
         int64_t now = ring__now_ns();
         if (busy || moved) {
@@ -421,13 +520,29 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
          * remote failures are still checked); otherwise sleep on the sockets as the host
          * engine does. */
         int gpu_pending = ns_posted < ns_staged || nr_released < nr_proc;
-        RING_CHECK(ring__engine_idle(sc, gpu_pending ? 0 : now - last, ns_done, nr_arrived, got_desc));
+        /* Nor can a CUDA IPC neighbour's page: yield while waiting on it, look at the
+         * sockets for a dead peer every 100 ms, and time out as everywhere. */
+        int ipc_wait = ic.tx < 0 || (ic.tx == 1 && ns_done < nsend) || (ic.rx == 1 && nr_arrived < nr_posted);
+        int64_t idle = gpu_pending ? 0 : now - last;
+        if (ipc_wait && idle <= (int64_t)comm->params.timeout_ms * 1000000LL) {
+            idle = 0;
+            if (now - last_check > 100000000LL) {
+                last_check = now;
+                RING_CHECK(stp->check(sconn));
+                RING_CHECK(rtp->check(rconn));
+            }
+        }
+        RING_CHECK(ring__engine_idle(sc, idle, ns_done, nr_arrived, got_desc));
     }
+    if (ipc_on) ring__ipc_end(comm, &ic, nsend, nrecv);
 
 fail:
     /* Requests still posted point into the pinned slots (and the descriptors into this frame,
      * which the host engine shares: a failed communicator is never driven again). */
-    if (rc != RING_OK && (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv)) *quarantine = 1;
+    if (rc != RING_OK && (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv || lsend || lrecv))
+        *quarantine = 1;
+    free(sdst);
+    free(rsrc);
     free(slen);
     free(held);
     free(d.kept);

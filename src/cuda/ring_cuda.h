@@ -116,6 +116,20 @@ ring_result_t ring__cuda_memcpy(ring_comm_t *comm, void *dst, const void *src, s
 ring_result_t ring__cuda_memset(ring_comm_t *comm, void *dst, int value, size_t bytes);
 
 /*
+ * CUDA IPC (src/cuda/ipc.c): device memory that another process on this host maps.
+ * ipc_alloc: cudaMalloc on the current device plus cudaIpcGetMemHandle; the handle is the
+ * opaque 64-byte cudaIpcMemHandle_t. ipc_open maps a peer's handle on the current device
+ * (cudaIpcOpenMemHandle, peer access enabled lazily where the allocation is on another GPU);
+ * it fails for a handle of the calling process and where no GPU path exists.
+ * Emulated (tests): the memory is a memfd mapping, the handle names it as /proc/PID/fd/N.
+ */
+#define RING__CUDA_IPC_HANDLE_LEN 64
+ring_result_t ring__cuda_ipc_alloc(ring_comm_t *comm, size_t bytes, void **p, unsigned char *handle);
+void ring__cuda_ipc_free(void *p, size_t bytes); /* NULL is a no-op */
+ring_result_t ring__cuda_ipc_open(ring_comm_t *comm, const unsigned char *handle, size_t bytes, void **p);
+void ring__cuda_ipc_close(void *p, size_t bytes); /* NULL is a no-op */
+
+/*
  * Tests only: emulate the GPU on the CPU, process-wide (call before anything else here).
  * "Device" memory is host memory, streams are FIFO queues that run a few operations each time
  * they are touched (so copies and kernels really complete later than they are queued, and

@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "mem_abi.h"
 #include "ring_cuda.h"
@@ -403,4 +407,128 @@ extern "C" ring_result_t ring__cuda_memset(ring_comm_t *comm, void *dst, int val
     }
     CU_CHECK(comm, cudaMemset(dst, value, bytes), "cudaMemset");
     return RING_OK;
+}
+
+/* ---------- CUDA IPC ---------- */
+
+static_assert(sizeof(cudaIpcMemHandle_t) == RING__CUDA_IPC_HANDLE_LEN, "cudaIpcMemHandle_t size");
+
+namespace {
+/* Emulated IPC memory: a memfd, kept open by its creator so that peers can open it through
+ * /proc/PID/fd/N. The handle: "RGEI" | pid | fd | bytes. */
+const uint32_t EMU_IPC_MAGIC = 0x49454752u;
+struct EmuIpc {
+    EmuIpc *next;
+    void *p;
+    int fd;
+};
+EmuIpc *emu_ipc;
+} // namespace
+
+extern "C" ring_result_t ring__cuda_ipc_alloc(ring_comm_t *comm, size_t bytes, void **p, unsigned char *handle)
+{
+    *p = NULL;
+    memset(handle, 0, RING__CUDA_IPC_HANDLE_LEN);
+    if (emu_on) {
+        EmuIpc *e = static_cast<EmuIpc *>(calloc(1, sizeof *e));
+        int fd = memfd_create("ringcomm-emu-ipc", MFD_CLOEXEC);
+        void *m = MAP_FAILED;
+        if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
+            m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (!e || m == MAP_FAILED) {
+            free(e);
+            if (fd >= 0) close(fd);
+            return ring__seterr(comm, RING_ERR_NOMEM, "emulated CUDA IPC allocation of %zu bytes failed", bytes);
+        }
+        e->p = m;
+        e->fd = fd;
+        {
+            EmuLock l;
+            e->next = emu_ipc;
+            emu_ipc = e;
+        }
+        uint32_t w[3] = {EMU_IPC_MAGIC, (uint32_t)getpid(), (uint32_t)fd};
+        uint64_t b = bytes;
+        memcpy(handle, w, sizeof w);
+        memcpy(handle + 12, &b, sizeof b);
+        *p = m;
+        return RING_OK;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+    CU_CHECK(comm, cudaMalloc(p, bytes), what);
+    cudaIpcMemHandle_t h;
+    cudaError_t e = cudaIpcGetMemHandle(&h, *p);
+    if (e != cudaSuccess) {
+        (void)cudaFree(*p);
+        *p = NULL;
+        return ring__cuda_error(comm, (int)e, "cudaIpcGetMemHandle");
+    }
+    memcpy(handle, &h, sizeof h);
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_ipc_free(void *p, size_t bytes)
+{
+    if (!p) return;
+    if (emu_on) {
+        EmuIpc *found = NULL;
+        {
+            EmuLock l;
+            for (EmuIpc **pp = &emu_ipc; *pp; pp = &(*pp)->next)
+                if ((*pp)->p == p) {
+                    found = *pp;
+                    *pp = found->next;
+                    break;
+                }
+        }
+        munmap(p, bytes);
+        if (found) close(found->fd);
+        free(found);
+        return;
+    }
+    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+extern "C" ring_result_t ring__cuda_ipc_open(ring_comm_t *comm, const unsigned char *handle, size_t bytes, void **p)
+{
+    *p = NULL;
+    if (emu_on) {
+        uint32_t w[3];
+        uint64_t b;
+        memcpy(w, handle, sizeof w);
+        memcpy(&b, handle + 12, sizeof b);
+        /* Tests of the refused set-up (a GPU pair without a path, one process). */
+        if (getenv("RING_TEST_EMU_IPC_REFUSE"))
+            return ring__seterr(comm, RING_ERR_UNSUPPORTED, "emulated cudaIpcOpenMemHandle: refused (RING_TEST_EMU_IPC_REFUSE)");
+        if (w[0] != EMU_IPC_MAGIC || b != bytes)
+            return ring__seterr(comm, RING_ERR_PROTOCOL, "emulated cudaIpcOpenMemHandle: not an emulated handle");
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%u/fd/%u", w[1], w[2]);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size != b) {
+            if (fd >= 0) close(fd);
+            return ring__seterr(comm, RING_ERR_SYSTEM, "emulated cudaIpcOpenMemHandle: cannot open %s", path);
+        }
+        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return ring__seterr(comm, RING_ERR_SYSTEM, "emulated cudaIpcOpenMemHandle: cannot map %s", path);
+        *p = m;
+        return RING_OK;
+    }
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    CU_CHECK(comm, cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_ipc_close(void *p, size_t bytes)
+{
+    if (!p) return;
+    if (emu_on) {
+        munmap(p, bytes);
+        return;
+    }
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
 }
