@@ -21,7 +21,9 @@
 #                 4 local ranks (cuda_coll_check under ringrun), staged through host memory
 #                 and with RING_CUDA_IPC=1 over CUDA IPC, where the build has the device path
 #  5. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
-#                 (target: ratio >= 0.9 at >= 256 MiB); reported, not a failure
+#                 (target: ratio >= 0.9 at >= 256 MiB); ring_perf -G both over TCP with 2 ranks
+#                 (device within 15 % of host busbw) and -G cuda over CUDA IPC with 4 ranks;
+#                 reported, not a failure
 #
 # Logs go to DIR (default perf/results/cuda-<UTC date>-<GPU>/), at most 8 files so that a
 # remote session can bring them back: summary.txt (machine, GPU, driver, date, every command
@@ -149,6 +151,13 @@ fi
 if [ $bench = 1 ]; then
     # Reported, not a failure: the ratio is a target (docs/cuda.md).
     step bench "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 1M -e 1G -f 4 -d all -o sum
+    # Device against host buffers over TCP staging, same run (target: ratio >= 0.85), and the
+    # all-reduce over CUDA IPC with 4 ranks on this GPU (target: <= 1.25 x 5S(N-1)/BW_copy,
+    # BW_copy from reduce_bw's copy column above).
+    step bench-staged "$results/bench.log" env RING_TRANSPORT=tcp "$build/tools/ringrun" -n 2 --timeout 500 \
+        "$build/perf/ring_perf" -G both -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
+    step bench-ipc "$results/bench.log" env RING_CUDA_IPC=1 "$build/tools/ringrun" -n 4 --timeout 500 \
+        "$build/perf/ring_perf" -G cuda -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
     step bench-ops "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 256M -e 256M -d float32,bfloat16,float16 -o all \
         --final 4
     grep -h '^# lowest ratio' "$results/bench.log" | sed 's/^# /bench:  /' >>"$summary"

@@ -44,7 +44,7 @@
 typedef struct stage {
     struct stage *next;
     int device;
-    ring__cuda_stream_t st;
+    ring__cuda_stream_t st, so; /* receives' H2D and kernels; sends' D2H (and IPC copies) */
     int depth;
     size_t slot;                   /* bytes per slot (pinned and device) */
     unsigned char *hsend, *hrecv;  /* pinned: depth slots each */
@@ -84,6 +84,7 @@ static void stage_destroy(stage_t *s)
     stage_free_ring(s);
     ring__cuda_host_free(s->whole);
     ring__cuda_stream_destroy(s->st);
+    ring__cuda_stream_destroy(s->so);
     free(s);
 }
 
@@ -104,7 +105,9 @@ static ring_result_t stage_get(ring_comm_t *comm, int device, stage_t **out)
     if (!s) return ring__seterr(comm, RING_ERR_NOMEM, "device collectives: out of memory");
     s->device = device;
     ring_result_t rc = ring__cuda_stream_create(comm, &s->st);
+    if (rc == RING_OK) rc = ring__cuda_stream_create(comm, &s->so);
     if (rc != RING_OK) {
+        ring__cuda_stream_destroy(s->st);
         free(s);
         return rc;
     }
@@ -269,14 +272,17 @@ fail:
  * into the right neighbour's slot of the link, published once it finished; receive i reads
  * the left neighbour's slot (the kernel reduces out of it, or a device-to-device copy), and
  * the slot goes back once that work finished. The windows stay the same.
- * Everything on the GPU goes into one stream, in the order it is queued, so the host engine's
- * rules become rules about queueing: a send waits until the receive it depends on has queued
- * its work (its D2H then runs after the kernel), a receive with a guard waits until that send
- * queued its D2H (which then reads the bytes before the H2D overwrites them). Windows are
- * `depth` messages per direction, as on the host, so the deadlock argument of design.md
- * carries over (the only new waits are for the local GPU, which always finishes). With one
- * stream, copies in both directions and kernels do not overlap each other; they overlap the
- * network, which is the slower part.
+ * Two streams, so that the copies out (D2H) overlap the copies in and the kernels (PCIe is
+ * full duplex): receives' H2D and kernels go into st, sends' copies into so. The host
+ * engine's rules become rules about queueing plus events between the streams: a send waits
+ * until the receive it depends on has queued its work and then, on so, for that receive's
+ * event (its D2H runs after the kernel); a receive with a guard waits until that send queued
+ * its D2H and then, on st, for its event; a device slot holding a kept sum is released only
+ * once the D2H that forwards it finished (not merely queued). An event is waited for only
+ * while it still marks the message in question: a slot's event is re-recorded only after
+ * that message released its slot. Windows are `depth` messages per direction, as on the
+ * host, so the deadlock argument of design.md carries over (the only new waits are for the
+ * local GPU, whose streams only ever wait for work queued earlier, so it always finishes).
  */
 static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantine)
 {
@@ -302,6 +308,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     size_t ns_staged = 0, ns_posted = 0, ns_done = 0;
     size_t nr_posted = 0, nr_arrived = 0, nr_proc = 0, nr_released = 0;
     size_t *slen = NULL, *held = NULL; /* per send slot: bytes; per receive slot: kept receive or NONE */
+    size_t *fwd = NULL;                /* per receive slot: the send whose D2H reads its kept sum, or NONE */
     unsigned char **sdst = NULL;       /* per send slot: where its bytes were copied */
     const unsigned char **rsrc = NULL; /* per receive slot: where its bytes are */
     dev_state_t d = {.S = S};
@@ -311,14 +318,15 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     RING_CHECK(stage_ring_ensure(comm, S, slot, depth));
     slen = calloc(D, sizeof *slen);
     held = malloc(D * sizeof *held);
+    fwd = malloc(D * sizeof *fwd);
     d.kept = calloc(D, sizeof *d.kept);
     sdst = calloc(D, sizeof *sdst);
     rsrc = calloc(D, sizeof *rsrc);
-    if (!slen || !held || !d.kept || !sdst || !rsrc) {
+    if (!slen || !held || !fwd || !d.kept || !sdst || !rsrc) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "device engine: out of memory");
         goto fail;
     }
-    for (size_t i = 0; i < D; i++) held[i] = RING__NONE;
+    for (size_t i = 0; i < D; i++) held[i] = fwd[i] = RING__NONE;
     sc->reduce = dev_reduce;
     sc->dev = &d;
 
@@ -384,10 +392,20 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
                 buf = d.kept[slot_of % D];
             }
             size_t si = ns_staged % D;
+            /* What it reads was written on the receive stream: wait for that receive's event,
+             * which is still its own while the receive holds its slot (the slot's next
+             * receive cannot be processed before it is released). */
+            if (slot_of != RING__NONE) RING_CHECK(ring__cuda_stream_wait_event(comm, S->so, S->rev[slot_of % D]));
+            else if (dep != RING__NONE && dep >= nr_released)
+                RING_CHECK(ring__cuda_stream_wait_event(comm, S->so, S->rev[dep % D]));
             sdst[si] = ic.tx == 1 ? ring__ipc_tx_slot(comm, txb + ns_staged, buf) : S->hsend + si * S->slot;
-            RING_CHECK(ring__cuda_memcpy_async(comm, sdst[si], buf, len, S->st));
-            RING_CHECK(ring__cuda_event_record(comm, S->sev[si], S->st));
-            if (slot_of != RING__NONE) held[slot_of % D] = RING__NONE; /* the D2H is queued: later work comes after */
+            RING_CHECK(ring__cuda_memcpy_async(comm, sdst[si], buf, len, S->so));
+            RING_CHECK(ring__cuda_event_record(comm, S->sev[si], S->so));
+            if (slot_of != RING__NONE) {
+                /* The device slot is free once this copy finished (ns_posted passes it). */
+                held[slot_of % D] = RING__NONE;
+                fwd[slot_of % D] = ns_staged;
+            }
             slen[si] = len;
             ns_staged++;
             busy = 1;
@@ -472,6 +490,12 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             int keep = 0;
             sc->recv_msg(sc, nr_proc, &buf, &len, &guard, &keep);
             if (guard != RING__NONE && guard >= ns_staged) break;
+            /* The bytes it overwrites are read by send `guard` on the send stream: wait for its
+             * copy unless it finished (the send slot's event is guard's until then). In the
+             * ring all-reduce the received chunk depends on that send having left, so this
+             * is a safeguard rather than a wait that happens. */
+            if (guard != RING__NONE && guard >= ns_posted)
+                RING_CHECK(ring__cuda_stream_wait_event(comm, S->st, S->sev[guard % D]));
             const unsigned char *pinned = ic.rx == 1 ? rsrc[ri] : S->hrecv + ri * S->slot;
             if (buf) {
                 RING_CHECK(ring__cuda_memcpy_async(comm, buf, pinned, len, S->st));
@@ -500,9 +524,11 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
         /* Release slots whose GPU work finished and whose kept sum was forwarded. */
         while (nr_released < nr_proc) {
             int done = 0;
-            if (held[nr_released % D] == nr_released) break;
-            RING_CHECK(ring__cuda_event_query(comm, S->rev[nr_released % D], &done));
+            const size_t ri = nr_released % D;
+            if (held[ri] == nr_released || (fwd[ri] != RING__NONE && fwd[ri] >= ns_posted)) break;
+            RING_CHECK(ring__cuda_event_query(comm, S->rev[ri], &done));
             if (!done) break;
+            fwd[ri] = RING__NONE;
             nr_released++;
             if (ic.rx == 1) ring__ipc_rx_release(comm, rxb + nr_released);
             busy = 1;
@@ -543,6 +569,7 @@ fail:
         *quarantine = 1;
     free(sdst);
     free(rsrc);
+    free(fwd);
     free(slen);
     free(held);
     free(d.kept);
@@ -604,7 +631,7 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
         /* The own segment, device to device, queued before anything that reads it. */
         unsigned char *own = (unsigned char *)op->recvbuf + (size_t)comm->rank * bytes;
         if (own != (const unsigned char *)op->sendbuf && bytes)
-            RING_CHECK(ring__cuda_memcpy_async(comm, own, op->sendbuf, bytes, S->st));
+            RING_CHECK(ring__cuda_memcpy_async(comm, own, op->sendbuf, bytes, S->so));
         ring__allgather_sched(&sc, comm, op);
         break;
     }
@@ -613,6 +640,7 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
     }
     rc = staged_engine(&sc, S, quarantine);
     if (rc == RING_OK) rc = ring__cuda_stream_sync(comm, S->st);
+    if (rc == RING_OK) rc = ring__cuda_stream_sync(comm, S->so);
 fail:
     return rc;
 }
@@ -635,7 +663,9 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
         /* Nothing queued may run after the call returned: wait for the stream, whatever
          * failed (its own error goes to the thread's message, not the comm's). A stream that
          * cannot be waited for (a sticky CUDA error) is not reused. */
-        if (rc != RING_OK && ring__cuda_stream_sync(NULL, S->st) != RING_OK) quarantine = 2;
+        if (rc != RING_OK &&
+            (ring__cuda_stream_sync(NULL, S->st) != RING_OK || ring__cuda_stream_sync(NULL, S->so) != RING_OK))
+            quarantine = 2;
         if (quarantine == 2) stage_destroy(S);
         else if (!quarantine) stage_put(S);
         /* quarantine == 1: transport requests may still point into S; it is never reused. */

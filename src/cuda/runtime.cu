@@ -75,6 +75,7 @@ struct EmuStream {
     EmuOp *q; /* ring buffer of cap entries: ops done .. enq-1 are queued */
     size_t cap;
     uint64_t enq, done;
+    unsigned phase; /* which runs of 32 queued operations are lazy (below) */
 };
 
 struct EmuEvent {
@@ -104,12 +105,22 @@ void emu_run(EmuStream *s, uint64_t upto)
     }
 }
 
-/* Every touch of a stream runs 0, 1 or 2 of its queued operations, so work completes later
- * than it is queued, in order, as on a GPU. */
-void emu_step(EmuStream *s)
+uint64_t emu_next(void)
 {
     emu_rng = emu_rng * 6364136223846793005ull + 1442695040888963407ull;
-    emu_run(s, s->done + (emu_rng >> 33) % 3);
+    return emu_rng >> 33;
+}
+
+/* Every touch of a stream runs 0, 1 or 2 of its queued operations, so work completes later
+ * than it is queued, in order, as on a GPU. In alternate runs of 32 operations a stream is
+ * lazy (it skips three touches in four), and consecutive streams start in opposite phases:
+ * work on two streams then completes in every relative order that the events the caller
+ * waits for allow, so a missing cudaStreamWaitEvent shows up as wrong data. */
+void emu_step(EmuStream *s)
+{
+    uint64_t r = emu_next();
+    if (((s->done / 32 + s->phase) & 1) && r % 4) return;
+    emu_run(s, s->done + (r >> 2) % 3);
 }
 
 bool emu_push(EmuStream *s, const EmuOp &o)
@@ -267,6 +278,13 @@ extern "C" ring_result_t ring__cuda_stream_create(ring_comm_t *comm, ring__cuda_
     if (emu_on) {
         EmuStream *e = static_cast<EmuStream *>(calloc(1, sizeof *e));
         if (!e) return ring__seterr(comm, RING_ERR_NOMEM, "emulated cudaStreamCreate: out of memory");
+        {
+            /* Timings differ from process to process (and so from rank to rank). */
+            EmuLock l;
+            static unsigned created;
+            if (!created) emu_rng ^= (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+            e->phase = created++ & 1;
+        }
         *s = reinterpret_cast<ring__cuda_stream_t>(e);
         return RING_OK;
     }
