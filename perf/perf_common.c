@@ -165,7 +165,8 @@ int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err)
     case 'G':
         if (strcmp(arg, "host") == 0) o->mem = PC_MEM_HOST;
         else if (strcmp(arg, "cuda") == 0) o->mem = PC_MEM_CUDA;
-        else *err = "-G needs host or cuda";
+        else if (strcmp(arg, "both") == 0) o->mem = PC_MEM_BOTH;
+        else *err = "-G needs host, cuda or both";
         break;
     default: return 0;
     }
@@ -619,12 +620,13 @@ void pc_print_link(FILE *f, const pc_link_t *l)
     else fprintf(f, "  link - (%s)\n", l->bw_src);
 }
 
-void pc_print_columns(pc_fmt_t fmt)
+static void print_columns(pc_fmt_t fmt, int mem)
 {
     if (fmt == PC_FMT_CSV) {
         /* New columns go at the end: scripts read the first twelve by position. */
         printf("collective,nranks,size,count,type,redop,root,inplace,time_us,algbw_GBps,busbw_GBps,wrong,"
-               "model_us,eff,algo,alpha_us,link_GBps\n");
+               "model_us,eff,algo,alpha_us,link_GBps%s\n",
+               mem ? ",mem" : "");
     } else if (fmt == PC_FMT_TABLE) {
         printf("#\n");
         printf("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s  %10s  %5s  %4s\n", "size", "count", "type",
@@ -634,6 +636,9 @@ void pc_print_columns(pc_fmt_t fmt)
     }
     fflush(stdout);
 }
+
+void pc_print_columns(pc_fmt_t fmt) { print_columns(fmt, 0); }
+void pc_print_columns_mem(pc_fmt_t fmt) { print_columns(fmt, 1); }
 
 /* A JSON string literal; the names printed here are ASCII, but argv may hold anything. */
 static void json_str(FILE *f, const char *s)
@@ -670,6 +675,7 @@ void pc_print_row(pc_out_t *out, const pc_row_t *r)
         if (has_alpha) printf("%.3f", r->link->alpha_s * 1e6);
         printf(",");
         if (has_bw) printf("%.6f", r->link->bw_Bps / 1e9);
+        if (r->mem) printf(",%s", r->mem);
         printf("\n");
         break;
     case PC_FMT_JSON:
@@ -689,6 +695,10 @@ void pc_print_row(pc_out_t *out, const pc_row_t *r)
         json_num(stdout, "%.3f", r->model_us, r->model_us >= 0);
         printf(", \"eff\": ");
         json_num(stdout, "%.4f", eff, eff >= 0);
+        if (r->mem) {
+            printf(", \"mem\": ");
+            json_str(stdout, r->mem);
+        }
         printf("}");
         break;
     default: {
@@ -734,6 +744,10 @@ void pc_json_begin(const pc_meta_t *m)
     json_str(f, m->op);
     fprintf(f, ", \"memory\": ");
     json_str(f, m->mem);
+    if (m->gpu) {
+        fprintf(f, ", \"gpu\": ");
+        json_str(f, m->gpu);
+    }
     fprintf(f, ",\n  \"root\": %d, \"inplace\": %d, \"async\": %d, \"check\": %d, \"min_bytes\": %zu, "
                "\"max_bytes\": %zu, \"step_factor\": %zu, \"step_bytes\": %zu, \"warmup\": %d, \"iters\": %d",
             m->root, m->inplace, m->async, m->check, o->minb, o->maxb, o->factor, o->factor ? 0 : o->incr, o->warmup,

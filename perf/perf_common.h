@@ -46,8 +46,8 @@ int pc_parse_double(const char *s, double lo, double hi, double *out);
 
 typedef enum { PC_FMT_TABLE, PC_FMT_CSV, PC_FMT_JSON } pc_fmt_t;
 
-/* Where the buffers live (-G); only host memory exists until the CUDA issue lands. */
-typedef enum { PC_MEM_HOST, PC_MEM_CUDA } pc_mem_t;
+/* Where the buffers live (-G): host memory, CUDA device memory, or one sweep on each. */
+typedef enum { PC_MEM_HOST, PC_MEM_CUDA, PC_MEM_BOTH } pc_mem_t;
 
 /* Algorithms: -A picks the library (PC_ALGO_RING; it runs the ring, or recursive doubling for
  * small allreduces and the barrier, and rows say which) and/or the parameter-server baseline of
@@ -111,7 +111,7 @@ enum { PC_OPT_JSON = 256, PC_OPT_ALPHA_US, PC_OPT_LINK_GBPS, PC_OPT_NO_PROBE, PC
 /*
  * Handle getopt character ch (with its optarg arg) if it is a shared option: returns 1 when it
  * was handled, 0 when ch is not a shared option, -1 when arg is invalid (*err is the message).
- * -A takes ring|ps|both, -G host|cuda (whether this build can run cuda is the caller's check).
+ * -A takes ring|ps|both, -G host|cuda|both (whether this build can run cuda is the caller's check).
  */
 int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err);
 
@@ -222,9 +222,10 @@ typedef struct {
     char bw_src[96];
 } pc_link_t;
 
-/* Run metadata, for the JSON object. */
+/* Run metadata, for the JSON object. gpu: the device buffers' GPU, printed as "gpu" after
+ * "memory" only when not NULL (host-only runs keep their keys). */
 typedef struct {
-    const char *program, *collective, *algos, *dtype, *op, *mem, *host, *library;
+    const char *program, *collective, *algos, *dtype, *op, *mem, *host, *library, *gpu;
     int nranks, root, inplace, async, check;
     const pc_opts_t *opts;
     const pc_link_t *link;
@@ -241,6 +242,8 @@ typedef struct {
     long long wrong; /* -1: not checked */
     double model_us; /* < 0: no model */
     const pc_link_t *link;
+    const char *mem; /* "host" or "cuda": a last CSV column / JSON key "mem"; NULL (host-only
+                        runs, mpi_allreduce): not printed, so their format stays as it was */
 } pc_row_t;
 
 /* Output state: the format, and rows printed so far (JSON separators). */
@@ -261,6 +264,9 @@ void pc_print_date(FILE *f);
 void pc_print_link(FILE *f, const pc_link_t *l);
 /* The CSV header or the table header, on stdout; nothing for JSON. */
 void pc_print_columns(pc_fmt_t fmt);
+/* The same with a last CSV column "mem", for runs whose rows set pc_row_t.mem (ring_perf
+ * -G cuda|both); the table is unchanged (its title says where the buffers are). */
+void pc_print_columns_mem(pc_fmt_t fmt);
 /* One result row on stdout. */
 void pc_print_row(pc_out_t *out, const pc_row_t *r);
 /* JSON: the object's opening and metadata up to the rows array, and its end, on stdout. */

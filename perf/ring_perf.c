@@ -57,6 +57,29 @@
  * model (eff > 1) and, for a few KiB, faster than the ring (2 dependent messages against
  * 2(n-1)). Rows carry the algorithm in the algo column ("ring", "rd" or "ps"); the collective
  * column stays "allreduce".
+ *
+ * Device buffers (-G cuda, -G both; CUDA builds, docs/cuda.md): sendbuf and recvbuf are
+ * cudaMalloc'ed on device (local rank) mod (the host's GPU count) and passed to the calls as
+ * they are, so the rows time the library's device path (staging through pinned host memory,
+ * reductions on the GPU), in the same timed loop as host rows: no copy of ring_perf's is in it.
+ * Check data is written into host memory of the same layout (the host buffers) and copied to
+ * the device before the checked call; the result is copied back after it (cudaMemcpy). -G both
+ * runs the sweep on host buffers, then the same sweep on device buffers, in one run with one
+ * set of probes, and ends with busbw per size side by side and the device/host ratio (the
+ * target of the device path: within 15 % of host buffers); --csv rows get a last column "mem"
+ * and --json rows a key "mem" (host or cuda), and the JSON object a "gpu" description, only
+ * then: -G host output is unchanged. Refused (exit 2) with -G cuda|both: -A ps|both (the
+ * baseline reduces on the host and cannot read device memory), -R 1 (the device path never
+ * sends from or into the user's buffer, so registering it changes nothing; verbs would need
+ * GPUDirect RDMA) and the barrier (no buffers). Without CUDA in the build, or when any rank has
+ * no usable GPU, every rank exits 77 after rank 0 said why.
+ * --emulate-gpu (for tests; not in -h): -G cuda|both with the GPU emulated on the CPU
+ * (ring__cuda_set_emulation) and a stand-in driver that calls the two buffers device memory of
+ * device 0, as cuda_coll_check --emulate does: the device path's staging and ordering run over
+ * the real transports on machines without a GPU, and are checked; its times mean nothing.
+ *
+ * Exit status: 0 every checked element right, 1 some element wrong, 2 usage error or failed
+ * call, 77 (skipped) -G cuda|both cannot run here.
  */
 #include <getopt.h>
 #include <stdint.h>
@@ -69,8 +92,18 @@
 #include "p2p.h"
 #include "perf_common.h"
 #include "reduce.h"
+#include "ring_config.h"
+#include "topo.h"
 #include "transport.h"
 #include "ringcomm.h"
+
+#if RING_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/mem.h"
+#include "cuda/mem_abi.h"
+#include "cuda/ring_cuda.h"
+#endif
 
 /* alpha probe: enough trips for a stable median on a loaded machine, a few ms in all on loopback. */
 #define ALPHA_REPS 100
@@ -81,6 +114,11 @@
 #define LINK_REPS 3
 /* ps baseline: rank 0's receive buffers stay under this together (there is always at least one). */
 #define PS_SCRATCH_MAX ((size_t)1 << 30)
+/* Exit status when -G cuda|both cannot run here: what meson and perf/cuda/gpu_checks.sh read as
+ * "skipped", so a GPU benchmark in a test list does not fail on a machine without a GPU. */
+#define EXIT_SKIP 77
+/* getopt_long value of --emulate-gpu, above perf_common's long options. */
+#define OPT_EMULATE_GPU 512
 
 /* perf_common's dtypes and ops, as the library's. */
 static const ring_dtype_t ring_dtypes[PC_DTYPE_COUNT] = {RING_INT8,    RING_UINT8,    RING_INT32,   RING_UINT32,
@@ -92,7 +130,8 @@ typedef struct {
     pc_opts_t pc; /* sizes, iterations, check, in-place, output, dtype, op, model, -A, -G */
     pc_coll_t coll;
     int root, async;
-    int reg; /* -R 1: ring_comm_register the sweep's buffers */
+    int reg;     /* -R 1: ring_comm_register the sweep's buffers */
+    int emulate; /* --emulate-gpu: -G cuda|both on the CPU (tests) */
 } opts_t;
 
 static ring_comm_t *g_comm;
@@ -131,9 +170,13 @@ static void usage(FILE *f, const char *argv0)
             "usage: %s [options]   (run under ringrun: every rank runs it)\n"
             "  -C coll    allreduce|reduce_scatter|allgather|broadcast|barrier (default allreduce)\n"
             "  -A algo    ring|ps|both: the library (the ring, or recursive doubling where it picks that;\n"
-            "             the algo column says which), the parameter-server baseline (allreduce only),\n"
+            "             the algo column says which), the parameter-server baseline (allreduce, host buffers),\n"
             "             or both tables on the same sizes (default ring)\n"
-            "  -G mem     host|cuda: where the buffers live (default host)\n"
+            "  -G mem     host|cuda|both: where the buffers live: host memory, CUDA device memory\n"
+            "             (cudaMalloc on device local rank %% GPUs; checks copy through host memory\n"
+            "             outside the timed calls), or both: the sweep on host buffers, then on\n"
+            "             device buffers, and their busbw side by side (default host; cuda and both\n"
+            "             exit 77 where the build has no CUDA or a rank has no usable GPU)\n"
             PC_USAGE_SWEEP
             "  -d dtype   int8 uint8 int32 uint32 int64 uint64 half|float16 bfloat16 float|float32\n"
             "             double|float64 (default float)\n"
@@ -143,13 +186,24 @@ static void usage(FILE *f, const char *argv0)
             "  -a 0|1     use the _async API followed by ring_wait (default 0; the ps baseline is\n"
             "             always blocking)\n"
             "  -R 0|1     register the buffers with ring_comm_register (default 0; over verbs,\n"
-            "             registered buffers are written straight into each other)\n"
+            "             registered buffers are written straight into each other; host buffers only)\n"
             PC_USAGE_OUTPUT
             "  --no-probe        do not measure alpha and the link bandwidth before the sweep; the\n"
             "                    model columns then need --alpha-us and --link-gbps (the barrier: alpha)\n"
             "  --probe-bytes N   bytes each rank streams in the link probe (default 64M)\n"
-            "  -h         this help\n",
+            "  -h         this help\n"
+            "exit status: 0 results right, 1 a wrong element, 2 usage error or failed call,\n"
+            "77 -G cuda|both cannot run here (no CUDA in this build, or a rank without a usable GPU)\n",
             argv0);
+}
+
+/* Before init, exit(2) after rank 0 printed msg. The other ranks stay a moment: ringrun ends the
+ * job at the first rank's exit, and would often kill rank 0 before it said why. */
+static void usage_exit(void)
+{
+    const char *r = getenv("RING_RANK");
+    if (r && strcmp(r, "0") != 0) usleep(300 * 1000);
+    exit(2);
 }
 
 static void bad_arg(const char *argv0, const char *msg, const char *val)
@@ -161,7 +215,7 @@ static void bad_arg(const char *argv0, const char *msg, const char *val)
         else fprintf(stderr, "ring_perf: %s\n", msg);
         usage(stderr, argv0);
     }
-    exit(2);
+    usage_exit();
 }
 
 /* A usage error without the usage text (the options were understood, the combination not). */
@@ -169,7 +223,7 @@ static void bad_combination(const char *msg)
 {
     const char *r = getenv("RING_RANK");
     if (!r || strcmp(r, "0") == 0) fprintf(stderr, "ring_perf: %s\n", msg);
-    exit(2);
+    usage_exit();
 }
 
 static void *alloc_buf(size_t bytes)
@@ -188,6 +242,142 @@ static void p2p(ring__p2p_op_t *ops, int nops, const char *what)
 {
     CALL(what, ring__p2p_run(g_comm, ops, nops));
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Device buffers (-G cuda|both)                                                             */
+
+static struct {
+    const char *opt;       /* "-G cuda" or "-G both", for messages */
+    unsigned char *buf[2]; /* the device sendbuf and recvbuf; NULL where the call needs none */
+    size_t len[2];
+    int dev, ndev;  /* this rank's device, of ndev on its host */
+    int *devs;      /* every rank's device (rank 0 prints them) */
+    char desc[256]; /* ring__cuda_describe of dev */
+} g_gpu;
+
+/*
+ * Collective: unless every rank can use device buffers (ok), all exit EXIT_SKIP together (one
+ * rank leaving alone would leave the others waiting for it). Rank 0 says why; another rank
+ * only where its reason may differ from rank 0's (rank 0 was fine).
+ */
+static void gpu_agree(int32_t ok, const char *why)
+{
+    const int n = g_nranks;
+    int32_t *oks = calloc((size_t)n, sizeof *oks);
+    if (!oks) die_msg("out of memory");
+    CALL("ring_allgather (GPU check)", ring_allgather(g_comm, &ok, oks, 1, RING_INT32));
+    int bad = 0;
+    for (int r = 0; r < n; r++) bad += !oks[r];
+    if (!bad) {
+        free(oks);
+        return;
+    }
+    if (!ok && (g_rank == 0 || oks[0])) fprintf(stderr, "ring_perf: rank %d: %s: %s\n", g_rank, g_gpu.opt, why);
+    if (g_rank == 0)
+        fprintf(stderr, "ring_perf: %s: %d of %d ranks cannot use device buffers; skipped (exit %d)\n", g_gpu.opt,
+                bad, n, EXIT_SKIP);
+    fflush(stderr);
+    free(oks);
+    /* Nobody leaves before rank 0 said it: ringrun ends the job at the first rank's exit. */
+    (void)ring_barrier(g_comm);
+    ring_comm_destroy(g_comm);
+    exit(EXIT_SKIP);
+}
+
+#if RING_HAVE_CUDA
+/* --emulate-gpu's stand-in for the driver's cuPointerGetAttributes (as cuda_coll_check's): the
+ * two buffers are device memory of device 0, everything else is host memory. */
+static int fake_get_attrs(unsigned n, int *attrs, void **data, unsigned long long ptr)
+{
+    int in = 0;
+    for (int b = 0; b < 2; b++)
+        in |= g_gpu.buf[b] && ptr >= (uintptr_t)g_gpu.buf[b] && ptr < (uintptr_t)g_gpu.buf[b] + g_gpu.len[b];
+    for (unsigned i = 0; i < n; i++) {
+        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+            *(unsigned *)data[i] = in ? RING__CU_MEMORYTYPE_DEVICE : 0;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_MANAGED) *(unsigned *)data[i] = 0;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in ? 0 : -1;
+    }
+    return 0;
+}
+
+/* Before init: --emulate-gpu replaces the GPU and the driver's answers for the whole process. */
+static void gpu_emulate(void)
+{
+    ring__cuda_set_emulation(1);
+    ring__mem_set_driver_for_tests(fake_get_attrs);
+}
+
+/* Collective, after init: every rank has a usable GPU, or all skip. Then the device: local
+ * rank % the host's GPUs, as one process per GPU is the usual layout. */
+static void gpu_setup(void)
+{
+    char cause[256] = "", why[640];
+    int32_t ok = ring__cuda_usable(cause, sizeof cause);
+    /* The runtime's reason for a missing driver ("driver version is insufficient") misleads;
+     * the library's own probe of libcuda.so.1 says what is missing. */
+    const char *drv = ok || ring__mem_thread_has_context() >= 0 ? NULL : ring__mem_driver_state();
+    snprintf(why, sizeof why, "no usable GPU: %s%s%s", cause, drv ? "; " : "", drv ? drv : "");
+    gpu_agree(ok, why);
+    g_gpu.devs = calloc((size_t)g_nranks, sizeof *g_gpu.devs);
+    if (!g_gpu.devs) die_msg("out of memory");
+    int local = g_rank, nlocal = 1;
+    g_gpu.ndev = 1;
+    if (!ring__cuda_emulating() && (cudaGetDeviceCount(&g_gpu.ndev) != cudaSuccess || g_gpu.ndev < 1)) g_gpu.ndev = 1;
+    if (!ring__topo_env_local_rank(&local, &nlocal)) local = g_rank;
+    g_gpu.dev = local % g_gpu.ndev;
+    CALL("ring__cuda_set_device", ring__cuda_set_device(g_comm, g_gpu.dev));
+    if (ring__cuda_describe(g_comm, g_gpu.dev, g_gpu.desc, sizeof g_gpu.desc) != RING_OK)
+        snprintf(g_gpu.desc, sizeof g_gpu.desc, "device %d (%s)", g_gpu.dev, ring_comm_last_error(g_comm));
+    int32_t d = g_gpu.dev;
+    CALL("ring_allgather (devices)", ring_allgather(g_comm, &d, g_gpu.devs, 1, RING_INT32));
+}
+
+/* Buffer b (0 send, 1 receive) on the device; NULL for 0 bytes, as the calls then use none. */
+static unsigned char *gpu_alloc(int b, size_t bytes)
+{
+    void *p = NULL;
+    if (!bytes) return NULL;
+    CALL("ring__cuda_dev_alloc", ring__cuda_dev_alloc(g_comm, bytes, &p));
+    g_gpu.len[b] = bytes;
+    g_gpu.buf[b] = p;
+    return p;
+}
+
+static void gpu_copy(void *dst, const void *src, size_t bytes)
+{
+    CALL("ring__cuda_memcpy", ring__cuda_memcpy(g_comm, dst, src, bytes));
+}
+
+static void gpu_free(void)
+{
+    for (int b = 0; b < 2; b++) ring__cuda_dev_free(g_gpu.buf[b]);
+    free(g_gpu.devs);
+}
+#else
+/* Without CUDA, gpu_setup skips: the others are never reached. */
+static void gpu_emulate(void) {}
+static void gpu_setup(void)
+{
+    gpu_agree(0, "this build has no CUDA support (meson setup -Dcuda=enabled with nvcc and libcudart_static: "
+                 "docs/cuda.md)");
+}
+static unsigned char *gpu_alloc(int b, size_t bytes)
+{
+    (void)b;
+    (void)bytes;
+    die_msg("this build has no CUDA support");
+    return NULL;
+}
+static void gpu_copy(void *dst, const void *src, size_t bytes)
+{
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    die_msg("this build has no CUDA support");
+}
+static void gpu_free(void) {}
+#endif
 
 /* The algorithm the library runs for a call of this collective and size: the rule of
  * ring__run_op (src/core/api.c) on the communicator's RING_ALGO / RING_RD_MAX_BYTES. */
@@ -496,6 +686,8 @@ static const char *algos_name(unsigned algos)
     return algos == PC_ALGO_BIT(PC_ALGO_PS) ? "ps" : "ring";
 }
 
+static const char *mem_name(pc_mem_t m) { return m == PC_MEM_CUDA ? "cuda" : m == PC_MEM_BOTH ? "both" : "host"; }
+
 static void library_string(char *s, size_t n)
 {
     int v = ring_version();
@@ -511,9 +703,19 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
     gethostname(host, sizeof host - 1);
     fprintf(f,
             "# nranks %d  host %s  collective %s  algo %s  dtype %s  op %s  root %d  in-place %d  async %d  "
-            "check %d  memory host%s\n",
+            "check %d  memory %s%s\n",
             g_nranks, host, pc_coll_name(o->coll), algos_name(o->pc.algos), pc_dtype_name(o->pc.dtype),
-            pc_op_name(o->pc.op), o->root, o->pc.inplace, o->async, o->pc.check, o->reg ? " (registered)" : "");
+            pc_op_name(o->pc.op), o->root, o->pc.inplace, o->async, o->pc.check,
+            o->pc.mem == PC_MEM_BOTH ? "host, then cuda" : mem_name(o->pc.mem), o->reg ? " (registered)" : "");
+    if (o->pc.mem != PC_MEM_HOST) {
+        /* Where the device buffers are, and that the checks' copies are not timed. */
+        fprintf(f, "# device buffers: cudaMalloc, device = local rank mod GPU count (%d on rank 0)%s; rank 0: %s\n",
+                g_gpu.ndev, o->emulate ? ", --emulate-gpu" : "", g_gpu.desc);
+        fprintf(f, "# devices by rank:");
+        for (int r = 0; r < g_nranks && r < 32; r++) fprintf(f, " %d", g_gpu.devs[r]);
+        fprintf(f, "%s; check data goes through host memory (cudaMemcpy) outside the timed calls\n",
+                g_nranks > 32 ? " ..." : "");
+    }
     pc_print_sweep(f, &o->pc);
     library_string(lib, sizeof lib);
     fprintf(f, "# %s\n", lib);
@@ -585,7 +787,8 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
                        .op = (o->coll == PC_COLL_ALLREDUCE || o->coll == PC_COLL_REDUCE_SCATTER)
                                  ? pc_op_name(o->pc.op)
                                  : "none",
-                       .mem = "host",
+                       .mem = mem_name(o->pc.mem),
+                       .gpu = o->pc.mem != PC_MEM_HOST ? g_gpu.desc : NULL,
                        .host = host,
                        .library = lib,
                        .nranks = g_nranks,
@@ -599,10 +802,18 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
                        .argv = argv};
         pc_json_begin(&m);
     } else if (o->pc.fmt == PC_FMT_CSV) {
-        pc_print_columns(PC_FMT_CSV);
+        if (o->pc.mem == PC_MEM_HOST) pc_print_columns(PC_FMT_CSV);
+        else pc_print_columns_mem(PC_FMT_CSV);
     }
     fflush(f);
 }
+
+/* One table's sizes and busbw, for the -G both comparison. */
+typedef struct {
+    size_t *bytes;
+    double *busbw;
+    int n, cap;
+} rows_t;
 
 /* The state of one sweep that every table shares. */
 typedef struct {
@@ -610,9 +821,71 @@ typedef struct {
     const pc_link_t *link;
     pc_out_t *out;
     const pc_gen_t *gen;
-    unsigned char *sbuf, *rbuf;
+    unsigned char *sbuf, *rbuf; /* what the calls get: host memory, or device memory */
+    size_t sbytes, rbytes;
+    /* Host memory of the same sizes: sbuf and rbuf themselves, or for device buffers the
+     * mirrors that check data is written into and results are read back into. */
+    unsigned char *hs, *hr;
+    int dev;         /* sbuf and rbuf are device memory */
+    const char *mem; /* NULL (-G host: output as before), "host" or "cuda" */
     double *times;
+    rows_t *rows; /* -G both: where this table's busbw goes; else NULL */
 } sweep_t;
+
+/* The host memory behind p, a pointer into sbuf or rbuf: p itself, or the same offset in the
+ * mirror. */
+static unsigned char *host_of(const sweep_t *sw, const void *p)
+{
+    uintptr_t q = (uintptr_t)p, s = (uintptr_t)sw->sbuf;
+    if (!sw->dev) return (unsigned char *)p;
+    if (sw->sbuf && q >= s && q < s + sw->sbytes) return sw->hs + (q - s);
+    return sw->hr + (q - (uintptr_t)sw->rbuf);
+}
+
+/* Device buffers: bytes at p from the mirror to the device, or back. Only around the checked
+ * call, never in the timed loop, so device and host rows time the same calls. */
+static void to_dev(const sweep_t *sw, void *p, size_t bytes)
+{
+    if (sw->dev && bytes) gpu_copy(p, host_of(sw, p), bytes);
+}
+
+static void from_dev(const sweep_t *sw, const void *p, size_t bytes)
+{
+    if (sw->dev && bytes) gpu_copy(host_of(sw, p), p, bytes);
+}
+
+/* Initial data: the check pattern (valid for out-of-place allreduce/reduce_scatter at any
+ * size), so that the timed calls reduce ordinary numbers; device buffers get a copy. */
+static void init_data(const sweep_t *sw, size_t maxcount, size_t maxper)
+{
+    const opts_t *o = sw->o;
+    const pc_dtype_t dt = o->pc.dtype;
+    const size_t sz = pc_dtype_size(dt);
+    if (o->coll == PC_COLL_ALLREDUCE || o->coll == PC_COLL_REDUCE_SCATTER)
+        pc_fill(sw->hs, sw->sbytes / sz, dt, sw->gen, g_rank, 0);
+    else if (o->coll == PC_COLL_BROADCAST) pc_fill(sw->hr, maxcount, dt, sw->gen, g_rank, 0);
+    else if (o->coll == PC_COLL_ALLGATHER) {
+        if (o->pc.inplace) pc_fill(sw->hr, maxper * (size_t)g_nranks, dt, sw->gen, g_rank, 0);
+        else pc_fill(sw->hs, maxper, dt, sw->gen, g_rank, 0);
+    }
+    to_dev(sw, sw->sbuf, sw->sbytes);
+    to_dev(sw, sw->rbuf, sw->rbytes);
+}
+
+static void rows_add(rows_t *t, size_t bytes, double busbw)
+{
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        size_t *b = realloc(t->bytes, sizeof *b * (size_t)cap);
+        if (b) t->bytes = b;
+        double *w = realloc(t->busbw, sizeof *w * (size_t)cap);
+        if (w) t->busbw = w;
+        if (!b || !w) die_msg("out of memory");
+        t->cap = cap;
+    }
+    t->bytes[t->n] = bytes;
+    t->busbw[t->n++] = busbw;
+}
 
 /* One table: every size for one algorithm. Returns the number of wrong elements. */
 static long long sweep(const sweep_t *sw, pc_algo_t algo)
@@ -635,7 +908,8 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                     .nranks = n,
                     .root = o->coll == PC_COLL_BROADCAST ? o->root : -1,
                     .inplace = inplace,
-                    .link = sw->link};
+                    .link = sw->link,
+                    .mem = sw->mem};
     double bw_sum = 0;
     int rows = 0;
     long long wrong_total = 0;
@@ -645,7 +919,9 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
         if (algo == PC_ALGO_PS)
             fprintf(stdout, "#\n# %s, parameter-server baseline: all to rank 0, reduce there, result back to all\n",
                     row.coll);
-        else fprintf(stdout, "#\n# %s, ringcomm\n", row.coll);
+        else
+            fprintf(stdout, "#\n# %s, ringcomm%s\n", row.coll,
+                    !sw->mem ? "" : sw->dev ? ", device buffers (cuda)" : ", host buffers");
         pc_print_columns(PC_FMT_TABLE);
     }
 
@@ -700,39 +976,57 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                     expect_t e = {dt, o->pc.op, gen, 1, 0};
                     char what[64];
                     snprintf(what, sizeof what, "%s (%s)", row.coll, pc_algo_name(ran));
-                    /* Fresh inputs; outputs preset to 0xff bytes (NaN for floating types). */
+                    /* Fresh inputs; outputs preset to 0xff bytes (NaN for floating types).
+                     * Written and read in host memory (host_of); device buffers are copied to
+                     * before the call and back after it (to_dev, from_dev). */
                     switch (o->coll) {
                     case PC_COLL_ALLREDUCE:
-                        pc_fill(sbuf, count, dt, gen, g_rank, 0);
-                        if (!inplace) memset(rbuf, 0xff, count * sz);
+                        pc_fill(host_of(sw, sbuf), count, dt, gen, g_rank, 0);
+                        to_dev(sw, sbuf, count * sz);
+                        if (!inplace) {
+                            memset(host_of(sw, rbuf), 0xff, count * sz);
+                            to_dev(sw, rbuf, count * sz);
+                        }
                         run_once(&c);
-                        w = check_range(c.recv, count, 0, &e, &reported, what, bytes);
+                        from_dev(sw, c.recv, count * sz);
+                        w = check_range(host_of(sw, c.recv), count, 0, &e, &reported, what, bytes);
                         break;
                     case PC_COLL_REDUCE_SCATTER:
-                        pc_fill(sbuf, count * n, dt, gen, g_rank, 0);
-                        if (!inplace) memset(rbuf, 0xff, count * sz);
+                        pc_fill(host_of(sw, sbuf), count * n, dt, gen, g_rank, 0);
+                        to_dev(sw, sbuf, count * n * sz);
+                        if (!inplace) {
+                            memset(host_of(sw, rbuf), 0xff, count * sz);
+                            to_dev(sw, rbuf, count * sz);
+                        }
                         run_once(&c);
-                        w = check_range(c.recv, count, (uint64_t)g_rank * count, &e, &reported, what, bytes);
+                        from_dev(sw, c.recv, count * sz);
+                        w = check_range(host_of(sw, c.recv), count, (uint64_t)g_rank * count, &e, &reported, what,
+                                        bytes);
                         break;
                     case PC_COLL_ALLGATHER:
                         /* Rank q contributes val(q, q*count + j). */
-                        memset(rbuf, 0xff, count * n * sz);
-                        pc_fill((void *)c.send, count, dt, gen, g_rank, (uint64_t)g_rank * count);
+                        memset(host_of(sw, rbuf), 0xff, count * n * sz);
+                        pc_fill(host_of(sw, c.send), count, dt, gen, g_rank, (uint64_t)g_rank * count);
+                        to_dev(sw, rbuf, count * n * sz); /* in place: c.send's block too */
+                        if (!inplace) to_dev(sw, (void *)c.send, count * sz);
                         run_once(&c);
+                        from_dev(sw, rbuf, count * n * sz);
                         e.reduce = 0;
                         for (int q = 0; q < n; q++) {
                             e.src = q;
-                            w += check_range(rbuf + (size_t)q * count * sz, count, (uint64_t)q * count, &e,
-                                             &reported, what, bytes);
+                            w += check_range(host_of(sw, rbuf) + (size_t)q * count * sz, count, (uint64_t)q * count,
+                                             &e, &reported, what, bytes);
                         }
                         break;
                     case PC_COLL_BROADCAST:
-                        if (g_rank == o->root) pc_fill(rbuf, count, dt, gen, g_rank, 0);
-                        else memset(rbuf, 0xff, count * sz);
+                        if (g_rank == o->root) pc_fill(host_of(sw, rbuf), count, dt, gen, g_rank, 0);
+                        else memset(host_of(sw, rbuf), 0xff, count * sz);
+                        to_dev(sw, rbuf, count * sz);
                         run_once(&c);
+                        from_dev(sw, rbuf, count * sz);
                         e.reduce = 0;
                         e.src = o->root;
-                        w = check_range(rbuf, count, 0, &e, &reported, what, bytes);
+                        w = check_range(host_of(sw, rbuf), count, 0, &e, &reported, what, bytes);
                         break;
                     default: break;
                     }
@@ -750,6 +1044,7 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                 row.algo = pc_algo_name(ran);
                 row.model_us = pc_model_us(o->coll, ran, n, bytes, sw->link->alpha_s, sw->link->bw_Bps);
                 if (is_root) pc_print_row(sw->out, &row);
+                if (sw->rows) rows_add(sw->rows, bytes, busbw);
                 bw_sum += busbw;
                 rows++;
             }
@@ -757,10 +1052,34 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
         }
     }
     if (is_root) {
-        const char *label = o->pc.algos == PC_ALGO_BIT(algo) ? NULL : pc_algo_name(algo);
-        pc_print_footer(g_info, label, wrong_total, bw_sum, rows);
+        /* The footer names its table where there are several: the algorithm, the memory. */
+        char label[32] = "";
+        if (o->pc.algos != PC_ALGO_BIT(algo)) snprintf(label, sizeof label, "%s", pc_algo_name(algo));
+        if (sw->mem)
+            snprintf(label + strlen(label), sizeof label - strlen(label), "%s%s", *label ? ", " : "", sw->mem);
+        pc_print_footer(g_info, *label ? label : NULL, wrong_total, bw_sum, rows);
     }
     return wrong_total;
+}
+
+/* -G both: busbw of each size on device buffers against host buffers, the same sizes in the
+ * same run (rank 0). */
+static void print_comparison(const rows_t *h, const rows_t *d)
+{
+    FILE *f = g_info;
+    fprintf(f, "#\n# busbw on device buffers against host buffers, same run\n");
+    fprintf(f, "# %10s  %10s  %10s  %9s\n", "size", "host", "cuda", "cuda/host");
+    fprintf(f, "# %10s  %10s  %10s  %9s\n", "(B)", "(GB/s)", "(GB/s)", "");
+    for (int k = 0; k < h->n && k < d->n; k++) {
+        char ratio[32] = "-";
+        if (h->busbw[k] > 0) snprintf(ratio, sizeof ratio, "%.2f", d->busbw[k] / h->busbw[k]);
+        fprintf(f, "# %10zu  %10.3f  %10.3f  %9s\n", h->bytes[k], h->busbw[k], d->busbw[k], ratio);
+    }
+    int k = (h->n < d->n ? h->n : d->n) - 1;
+    if (k >= 0 && h->busbw[k] > 0)
+        fprintf(f, "# cuda/host busbw at the largest size (%zu B): %.2f\n", h->bytes[k], d->busbw[k] / h->busbw[k]);
+    fprintf(f, "#\n");
+    fflush(f);
 }
 
 int main(int argc, char **argv)
@@ -769,6 +1088,7 @@ int main(int argc, char **argv)
     pc_opts_init(&o.pc, 1, PC_OP_COUNT);
     static const struct option longopts[] = {PC_LONGOPTS_OUTPUT, PC_LONGOPTS_PROBE,
                                              {"help", no_argument, NULL, 'h'},
+                                             {"emulate-gpu", no_argument, NULL, OPT_EMULATE_GPU},
                                              {NULL, 0, NULL, 0}};
     int ch;
     const char *err;
@@ -781,6 +1101,7 @@ int main(int argc, char **argv)
         case 'R': if (pc_parse_int(optarg, 0, 1, &o.reg)) bad_arg(argv[0], "-R needs 0 or 1", optarg); break;
         case 'r': if (pc_parse_int(optarg, 0, 1 << 20, &o.root)) bad_arg(argv[0], "bad root for -r", optarg); break;
         case 'h': usage(stdout, argv[0]); return 0;
+        case OPT_EMULATE_GPU: o.emulate = 1; break;
         default:
             switch (pc_parse_opt(&o.pc, ch, optarg, &err)) {
             case 1: break;
@@ -794,12 +1115,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "ring_perf: -b %zu is larger than -e %zu\n", o.pc.minb, o.pc.maxb);
         return 2;
     }
-    /* The library takes device buffers in allreduce (docs/cuda.md), but this tool does not
-     * allocate them yet: say so instead of measuring host memory. */
-    if (o.pc.mem == PC_MEM_CUDA)
-        bad_combination("-G cuda: ring_perf does not allocate device buffers yet (docs/cuda.md)");
     if ((o.pc.algos & PC_ALGO_BIT(PC_ALGO_PS)) && o.coll != PC_COLL_ALLREDUCE)
         bad_combination("-A ps/both: the parameter-server baseline is an allreduce (use -C allreduce)");
+    const int use_dev = o.pc.mem != PC_MEM_HOST;
+    if (use_dev) {
+        if (o.coll == PC_COLL_BARRIER) bad_combination("-G cuda/both: the barrier has no buffers (use -G host)");
+        if (o.pc.algos & PC_ALGO_BIT(PC_ALGO_PS))
+            bad_combination("-G cuda/both with -A ps/both: the parameter-server baseline reduces on the host and "
+                            "cannot read device buffers (use -A ring)");
+        /* ring_comm_register takes any pointer, but the device path never sends from or into
+         * the user's buffer (it stages through the library's pinned memory), and verbs cannot
+         * register device memory without GPUDirect RDMA: a registered row would measure
+         * nothing different, or fail in ibv_reg_mr. */
+        if (o.reg)
+            bad_combination("-G cuda/both with -R 1: device buffers are staged through the library's pinned host "
+                            "memory, so registering them has no effect (verbs would need GPUDirect RDMA, not "
+                            "supported yet: docs/cuda.md)");
+        g_gpu.opt = o.pc.mem == PC_MEM_BOTH ? "-G both" : "-G cuda";
+        if (o.emulate) gpu_emulate(); /* before anything in the process touches CUDA */
+    } else if (o.emulate) {
+        bad_combination("--emulate-gpu emulates the device buffers of -G cuda or -G both");
+    }
 
     ring_result_t r = ring_comm_init_env(&g_comm);
     if (r != RING_OK) {
@@ -816,6 +1152,7 @@ int main(int argc, char **argv)
         ring_comm_destroy(g_comm);
         return 2;
     }
+    if (use_dev) gpu_setup(); /* every rank has a GPU, or all skip */
     const pc_dtype_t dt = o.pc.dtype;
     /* allgather/broadcast only copy: their data is the [-100, 100] range. */
     const int kind = (o.coll == PC_COLL_ALLGATHER || o.coll == PC_COLL_BROADCAST) ? PC_GEN_RANGE : pc_gen_kind(o.pc.op);
@@ -847,7 +1184,10 @@ int main(int argc, char **argv)
         fprintf(g_info, "# warning: %d ranks are too many for exact %s sums; checks may report errors\n", n,
                 pc_dtype_name(dt));
 
+    /* Host buffers always: the host sweep's, and the device buffers' mirrors. */
     unsigned char *sbuf = alloc_buf(send_bytes), *rbuf = alloc_buf(recv_bytes);
+    unsigned char *dsbuf = use_dev ? gpu_alloc(0, send_bytes) : NULL;
+    unsigned char *drbuf = use_dev ? gpu_alloc(1, recv_bytes) : NULL;
     double *times = malloc(sizeof(double) * (size_t)o.pc.iters);
     if (!times) die_msg("out of memory");
     ring_reg_t *regs[2] = {NULL, NULL};
@@ -862,20 +1202,32 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    /* Initial data: the check pattern (valid for out-of-place allreduce/reduce_scatter at any size). */
-    if (o.coll == PC_COLL_ALLREDUCE || o.coll == PC_COLL_REDUCE_SCATTER)
-        pc_fill(sbuf, send_bytes / sz, dt, &gen, g_rank, 0);
-    else if (o.coll == PC_COLL_BROADCAST) pc_fill(rbuf, maxcount, dt, &gen, g_rank, 0);
-    else if (o.coll == PC_COLL_ALLGATHER) {
-        if (inplace) pc_fill(rbuf, maxper * n, dt, &gen, g_rank, 0);
-        else pc_fill(sbuf, maxper, dt, &gen, g_rank, 0);
-    }
-
+    /* The sweep on host buffers (-G host|both), then on device buffers (-G cuda|both) with the
+     * host buffers as their mirrors. */
     pc_out_t out = {o.pc.fmt, 0};
-    sweep_t sw = {&o, &link, &out, &gen, sbuf, rbuf, times};
+    rows_t rows[2] = {{0}};
     long long wrong_total = 0;
-    for (int a = 0; a < PC_ALGO_COUNT; a++)
-        if (o.pc.algos & PC_ALGO_BIT(a)) wrong_total += sweep(&sw, (pc_algo_t)a);
+    for (int d = 0; d < 2; d++) {
+        if ((d == 0 && o.pc.mem == PC_MEM_CUDA) || (d == 1 && !use_dev)) continue;
+        sweep_t sw = {.o = &o,
+                      .link = &link,
+                      .out = &out,
+                      .gen = &gen,
+                      .sbuf = d ? dsbuf : sbuf,
+                      .rbuf = d ? drbuf : rbuf,
+                      .sbytes = send_bytes,
+                      .rbytes = recv_bytes,
+                      .hs = sbuf,
+                      .hr = rbuf,
+                      .dev = d,
+                      .mem = !use_dev ? NULL : d ? "cuda" : "host",
+                      .times = times,
+                      .rows = o.pc.mem == PC_MEM_BOTH ? &rows[d] : NULL};
+        init_data(&sw, maxcount, maxper);
+        for (int a = 0; a < PC_ALGO_COUNT; a++)
+            if (o.pc.algos & PC_ALGO_BIT(a)) wrong_total += sweep(&sw, (pc_algo_t)a);
+    }
+    if (is_root && o.pc.mem == PC_MEM_BOTH) print_comparison(&rows[0], &rows[1]);
     if (is_root && o.pc.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
 
     for (int i = 0; i < 2; i++)
@@ -884,6 +1236,11 @@ int main(int argc, char **argv)
     free(times);
     free(sbuf);
     free(rbuf);
+    for (int d = 0; d < 2; d++) {
+        free(rows[d].bytes);
+        free(rows[d].busbw);
+    }
+    if (use_dev) gpu_free();
     ps_free();
     r = ring_comm_destroy(g_comm);
     if (r != RING_OK) {

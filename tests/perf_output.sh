@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf-smoke checks of ring_perf's machine-readable output (meson runs them, see meson.build):
+# Checks of ring_perf's output and options that need ringrun (meson runs them, see meson.build):
 #
 #   perf_output.sh json RINGRUN RING_PERF
 #       4 ranks, --json, -A both: stdout must be one JSON object with the metadata and a row per
@@ -7,6 +7,14 @@
 #   perf_output.sh plot RINGRUN RING_PERF PLOT_SCRIPT OUT.png [MPI_ALLREDUCE]
 #       4 ranks, --csv, -A both, then plot_busbw.sh (with an mpi_allreduce CSV when that program
 #       and mpirun exist); OUT.png must be a non-empty PNG (skipped without gnuplot).
+#   perf_output.sh cuda RINGRUN RING_PERF
+#       -G cuda|both with --emulate-gpu (CUDA builds, no GPU needed): the four collectives that take
+#       device buffers, checked (ring_perf exits 1 on any wrong element), over shared memory and
+#       TCP, blocking and async, in place; the host/device comparison; the mem column and key of
+#       --csv and --json; the refusals (-A ps, -R 1), and -G cuda without --emulate-gpu: a run
+#       on a GPU, or exit 77 with the reason.
+#   perf_output.sh nocuda RINGRUN RING_PERF
+#       builds without CUDA: -G cuda and -G both exit 77 saying so.
 set -euo pipefail
 
 SKIP=77
@@ -60,8 +68,92 @@ plot)
     [[ $(head -c 8 "$png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || { echo "$png is not a PNG" >&2; exit 1; }
     echo "plot ok: $png ($(stat -c %s "$png") bytes)"
     ;;
+cuda)
+    ringrun=$1 perf=$2
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/perfcuda.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    # 4 B .. 4 MiB: whole-buffer staging (recursive doubling/halving, the broadcast tree at 4
+    # ranks) and, with 16 KiB chunks, the device ring with up to 256 chunks per call.
+    E=(--emulate-gpu -b 4 -e 4M -f 4 -n 2 -w 1 -c 1 --probe-bytes 1M)
+    export RING_CHUNK_BYTES=16K
+    run() { # name nranks args...: must exit 0
+        local name=$1 n=$2
+        shift 2
+        if ! "$ringrun" -n "$n" --timeout 120 "$perf" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"; then
+            echo "FAIL: $name: ringrun -n $n ring_perf $*" >&2
+            tail -n 20 "$tmp/$name.out" "$tmp/$name.err" >&2
+            exit 1
+        fi
+        echo "ok: $name: $(grep -c '^\[0\]  ' "$tmp/$name.out" || true) rows: ring_perf $*"
+    }
+    run allreduce 3 -G both -C allreduce "${E[@]}"
+    grep -q 'device buffers (cuda)' "$tmp/allreduce.out" && grep -q 'cuda/host busbw at the largest size (4194304 B)' \
+        "$tmp/allreduce.out" || { echo "FAIL: no device table or comparison" >&2; cat "$tmp/allreduce.out" >&2; exit 1; }
+    RING_TRANSPORT=tcp run allreduce-tcp-async-inplace 3 -G cuda -C allreduce -a 1 -I 1 -d bfloat16 -o avg "${E[@]}"
+    run reduce_scatter 4 -G both -C reduce_scatter -d int32 -o max "${E[@]}"
+    RING_TRANSPORT=tcp run reduce_scatter-tcp-inplace 3 -G cuda -C reduce_scatter -I 1 -a 1 "${E[@]}"
+    run allgather 3 -G both -C allgather -d int8 "${E[@]}"
+    run allgather-inplace 4 -G cuda -C allgather -I 1 -a 1 "${E[@]}"
+    run broadcast 4 -G both -C broadcast -r 1 "${E[@]}"
+    RING_TRANSPORT=tcp run broadcast-tcp 3 -G cuda -C broadcast -r 2 -a 1 -d double "${E[@]}"
+
+    # JSON and CSV carry the memory kind per row.
+    command -v python3 >/dev/null || { echo "python3 not found: JSON and CSV not checked"; exit 0; }
+    "$ringrun" -n 3 --no-prefix --timeout 120 "$perf" -G both --json -C allreduce "${E[@]}" >"$tmp/j.json" 2>"$tmp/j.err"
+    python3 - "$tmp/j.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["memory"] == "both" and "emulated" in d["gpu"] and d["ok"] is True, d
+mems = [r["mem"] for r in d["rows"]]
+assert len(mems) == 22 and mems == ["host"] * 11 + ["cuda"] * 11, mems
+assert all(r["wrong"] == 0 for r in d["rows"]), d["rows"]
+print("ok: json:", len(mems), "rows, memory", d["memory"], "gpu", d["gpu"])
+PY
+    "$ringrun" -n 2 --no-prefix --timeout 120 "$perf" -G cuda --csv -C allgather "${E[@]}" >"$tmp/c.csv" 2>"$tmp/c.err"
+    python3 - "$tmp/c.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert rows and all(r["mem"] == "cuda" and r["wrong"] == "0" for r in rows), rows
+print("ok: csv:", len(rows), "rows, mem cuda")
+PY
+
+    # Refusals name the reason (exit 2).
+    for bad in "-A ps" "-R 1"; do
+        # shellcheck disable=SC2086
+        if "$ringrun" -n 2 --timeout 60 "$perf" -G cuda $bad "${E[@]}" >"$tmp/bad.out" 2>&1; then
+            echo "FAIL: -G cuda $bad was not refused" >&2
+            exit 1
+        fi
+        grep -q "ring_perf: -G cuda/both with $bad" "$tmp/bad.out" || { cat "$tmp/bad.out" >&2; exit 1; }
+        echo "ok: -G cuda $bad refused"
+    done
+    # Without --emulate-gpu: the real GPU, or exit 77 with the reason (no GPU here).
+    st=0
+    unset RING_CHUNK_BYTES
+    "$ringrun" -n 2 --timeout 120 "$perf" -G cuda -b 4 -e 64K -f 16 -n 2 -w 1 -c 1 --probe-bytes 1M \
+        >"$tmp/gpu.out" 2>&1 || st=$?
+    if [[ $st == 77 ]]; then
+        grep -q "no usable GPU: ." "$tmp/gpu.out" || { echo "FAIL: exit 77 without a reason" >&2; cat "$tmp/gpu.out" >&2; exit 1; }
+        echo "ok: -G cuda without a GPU: $(grep -m1 'no usable GPU' "$tmp/gpu.out")"
+    elif [[ $st == 0 ]]; then
+        echo "ok: -G cuda on the GPU: $(grep -m1 '# device buffers' "$tmp/gpu.out")"
+    else
+        echo "FAIL: -G cuda without --emulate-gpu: exit $st" >&2
+        cat "$tmp/gpu.out" >&2
+        exit 1
+    fi
+    ;;
+nocuda)
+    ringrun=$1 perf=$2
+    for mem in cuda both; do
+        st=0
+        out=$("$ringrun" -n 2 --timeout 60 "$perf" -G $mem --emulate-gpu -b 4 -e 1K 2>&1) || st=$?
+        [[ $st == 77 && $out == *"this build has no CUDA support"* ]] || { echo "FAIL: -G $mem: exit $st: $out" >&2; exit 1; }
+        echo "ok: -G $mem: $(grep -m1 'no CUDA' <<<"$out")"
+    done
+    ;;
 *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -242,11 +242,13 @@ Test(perf, option_new_flags)
 
     cr_assert_eq(PARSE(&o, &err, "-A", "ps", "-G", "cuda", "--csv", "--alpha-us=0"), 0);
     cr_expect_eq(o.algos, PC_ALGO_BIT(PC_ALGO_PS));
-    cr_expect_eq(o.mem, PC_MEM_CUDA, "parsing accepts cuda; ring_perf refuses it when built without CUDA");
+    cr_expect_eq(o.mem, PC_MEM_CUDA, "parsing accepts cuda; ring_perf skips it when built without CUDA");
     cr_expect_eq(o.fmt, PC_FMT_CSV);
     cr_expect_eq(o.alpha_us, 0);
     cr_assert_eq(PARSE(&o, &err, "-A", "ring", "--csv", "--csv"), 0, "repeating a format is harmless");
     cr_expect_eq(o.algos, PC_ALGO_BIT(PC_ALGO_RING));
+    cr_assert_eq(PARSE(&o, &err, "-G", "both"), 0);
+    cr_expect_eq(o.mem, PC_MEM_BOTH);
 }
 
 Test(perf, option_bad_values)
@@ -256,6 +258,8 @@ Test(perf, option_bad_values)
     cr_expect_eq(PARSE(&o, &err, "-A", "tree"), -1);
     cr_expect_eq(PARSE(&o, &err, "-A", "Ring"), -1);
     cr_expect_eq(PARSE(&o, &err, "-G", "gpu"), -1);
+    cr_expect_str_eq(err, "-G needs host, cuda or both");
+    cr_expect_eq(PARSE(&o, &err, "-G", "Both"), -1);
     cr_expect_eq(PARSE(&o, &err, "--csv", "--json"), -1);
     cr_expect_str_eq(err, "--csv and --json exclude each other");
     cr_expect_eq(PARSE(&o, &err, "--json", "--csv"), -1);
@@ -314,6 +318,43 @@ Test(perf, csv_columns, .init = redirect, .timeout = 10)
         "allreduce,4,1024,256,float,sum,-1,0,100.000,0.010240,0.015360,-1,,,ps,,\n");
 }
 
+/* -G cuda|both: a last column "mem"; rows without mem (host-only runs) keep the layout above. */
+Test(perf, csv_mem_column, .init = redirect, .timeout = 10)
+{
+    pc_link_t l = {10e-6, 1e9, "--alpha-us", "--link-gbps"};
+    pc_out_t out = {PC_FMT_CSV, 0};
+    pc_row_t r = {.coll = "allgather", .algo = "ring", .type = "int8", .redop = "none", .nranks = 3, .root = -1,
+                  .inplace = 1, .bytes = 3072, .count = 1024, .us = 10, .algbw = 0.3072, .busbw = 0.2048,
+                  .wrong = 0, .model_us = 5, .link = &l, .mem = "host"};
+    pc_print_columns_mem(PC_FMT_CSV);
+    pc_print_row(&out, &r);
+    r.mem = "cuda";
+    pc_print_row(&out, &r);
+    fflush(stdout);
+    cr_assert_stdout_eq_str(
+        "collective,nranks,size,count,type,redop,root,inplace,time_us,algbw_GBps,busbw_GBps,wrong,"
+        "model_us,eff,algo,alpha_us,link_GBps,mem\n"
+        "allgather,3,3072,1024,int8,none,-1,1,10.000,0.307200,0.204800,0,5.000,0.5000,ring,10.000,1.000000,host\n"
+        "allgather,3,3072,1024,int8,none,-1,1,10.000,0.307200,0.204800,0,5.000,0.5000,ring,10.000,1.000000,cuda\n");
+}
+
+Test(perf, table_columns_mem_unchanged, .init = redirect, .timeout = 10)
+{
+    /* The table's columns do not change with -G: each table's title says where its buffers are. */
+    pc_print_columns(PC_FMT_TABLE);
+    pc_print_columns_mem(PC_FMT_TABLE);
+    pc_print_columns_mem(PC_FMT_JSON);
+    fflush(stdout);
+    const char *t = "#\n"
+                    "#       size         count      type   redop    root        time     algbw     busbw  #wrong"
+                    "       model    eff  algo\n"
+                    "#        (B)    (elements)                                  (us)    (GB/s)    (GB/s)        "
+                    "        (us)             \n";
+    char want[1024];
+    snprintf(want, sizeof want, "%s%s", t, t);
+    cr_assert_stdout_eq_str(want);
+}
+
 Test(perf, table_row_without_model, .init = redirect, .timeout = 10)
 {
     pc_out_t out = {PC_FMT_TABLE, 0};
@@ -354,4 +395,33 @@ Test(perf, json_rows, .init = redirect, .timeout = 10)
     cr_expect(strstr(buf, "\"link_GBps\": 2.000000, \"link_Gbps\": 16.000000") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"wrong\": null, \"model_us\": null, \"eff\": null},\n    {") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"wrong_total\": 0, \"ok\": true\n}\n") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"gpu\"") == NULL && strstr(buf, "\"mem\"") == NULL, "host-only runs: no new keys: %s", buf);
+}
+
+Test(perf, json_mem, .init = redirect, .timeout = 10)
+{
+    pc_opts_t o;
+    pc_opts_init(&o, 1, PC_OP_COUNT);
+    pc_link_t l = {-1, -1, "--no-probe", "--no-probe"};
+    char *argv[] = {"ring_perf", "-G", "both", NULL};
+    pc_meta_t m = {.program = "ring_perf", .collective = "allreduce", .algos = "ring", .dtype = "float",
+                   .op = "sum", .mem = "both", .gpu = "device 0: GPU \"x\"", .host = "h", .library = "lib",
+                   .nranks = 2, .root = -1, .opts = &o, .link = &l, .argc = 3, .argv = argv};
+    pc_out_t out = {PC_FMT_JSON, 0};
+    pc_row_t r = {.coll = "allreduce", .algo = "ring", .type = "float", .redop = "sum", .nranks = 2, .root = -1,
+                  .bytes = 8, .count = 2, .us = 2, .algbw = 0.004, .busbw = 0.004, .wrong = 0, .model_us = -1,
+                  .link = &l, .mem = "host"};
+    pc_json_begin(&m);
+    pc_print_row(&out, &r);
+    r.mem = "cuda";
+    pc_print_row(&out, &r);
+    pc_json_end(0);
+    fflush(stdout);
+    char buf[8192] = {0};
+    FILE *f = cr_get_redirected_stdout();
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    cr_assert(n > 0);
+    cr_expect(strstr(buf, "\"memory\": \"both\", \"gpu\": \"device 0: GPU \\\"x\\\"\"") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"host\"},\n") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"cuda\"}\n  ]") != NULL, "%s", buf);
 }
