@@ -29,6 +29,7 @@
 #include "topo.h"
 #include "transport.h"
 #if RING_HAVE_CUDA
+#include "cuda/coll.h"
 #include "cuda/ipc.h"
 #endif
 #include "watch.h"
@@ -483,9 +484,6 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
 fail:
     /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. */
     ring__watch_stop(comm);
-#if RING_HAVE_CUDA
-    ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */
-#endif
     release_network(comm);
     ring__comm_fail(comm, rc);
     snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);
@@ -550,7 +548,13 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     while (comm->busy) pthread_cond_wait(&comm->cv_done, &comm->mu);
     pthread_mutex_unlock(&comm->mu);
     ring__watch_stop(comm);
+#if RING_HAVE_CUDA
+    ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */
+#endif
     release_network(comm); /* drops the verbs registrations with their device */
+#if RING_HAVE_CUDA
+    ring__cuda_free_dead(comm); /* nothing can write into them any more */
+#endif
     while (comm->regs) {
         struct ring_reg *n = comm->regs->next;
         free(comm->regs);

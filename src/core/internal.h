@@ -158,6 +158,9 @@ struct ring_comm {
      * device they are bound to (-1: none yet), claimed when that call is accepted. */
     void *cuda_ipc;
     atomic_int cuda_ipc_device;
+    /* Device staging sets of failed calls (src/cuda/coll.c): transport requests may still
+     * point into them, so they are freed only after the connections are closed. */
+    void *cuda_dead;
     struct ring_reg *regs; /* ring_comm_register handles not yet deregistered (guarded by mu) */
     /* Topology (src/topo): the process's view of the machine (NULL if unreadable) and this
      * communicator's placement (NULL with one rank): NIC, NUMA node of buffers, progress

@@ -645,6 +645,22 @@ fail:
     return rc;
 }
 
+void ring__cuda_free_dead(ring_comm_t *comm)
+{
+    int prev = 0;
+    /* As in ring__cuda_run_op: free on the set's device, and leave a thread without a context
+     * without one on device 0. */
+    const int restore = !ring__cuda_emulating() && ring__mem_thread_has_context() == 1;
+    if (!comm->cuda_dead || ring__cuda_get_device(NULL, &prev) != RING_OK) return;
+    while (comm->cuda_dead) {
+        stage_t *s = comm->cuda_dead;
+        comm->cuda_dead = s->next;
+        (void)ring__cuda_set_device(NULL, s->device);
+        stage_destroy(s);
+    }
+    if (restore) (void)ring__cuda_set_device(NULL, prev);
+}
+
 ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     int prev = 0, quarantine = 0;
@@ -668,7 +684,12 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
             quarantine = 2;
         if (quarantine == 2) stage_destroy(S);
         else if (!quarantine) stage_put(S);
-        /* quarantine == 1: transport requests may still point into S; it is never reused. */
+        else {
+            /* Transport requests may still point into S: never reused, freed by
+             * ring_comm_destroy once the connections are closed. */
+            S->next = comm->cuda_dead;
+            comm->cuda_dead = S;
+        }
     }
     if (rc != RING_OK)
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu on device %d failed: %s",

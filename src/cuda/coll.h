@@ -21,4 +21,7 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 /* Run an accepted call (op->mem_device) on the calling thread; ring__run_op's device branch. */
 ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op);
 
+/* ring_comm_destroy, once the connections are closed: free the staging sets of failed calls. */
+void ring__cuda_free_dead(ring_comm_t *comm);
+
 #endif
