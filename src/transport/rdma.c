@@ -309,11 +309,16 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
     return RING_OK;
 }
 
+static void conn_destroy(rdma_conn *c);
+
 static void ctx_free(rdma_ctx *ctx)
 {
     if (!ctx) return;
+    /* Handshakes cut short (a peer that died or stalled, a connect timeout): their half-made
+     * connections hold queue pairs, registered slots and memory of their own. */
     while (ctx->ups) {
         up *n = ctx->ups->next;
+        conn_destroy(ctx->ups->c);
         free(ctx->ups);
         ctx->ups = n;
     }

@@ -17,8 +17,15 @@
 #      (RING_VM_FAULT_TRIALS trials). The bound is 5 s here, 2 s on a host: under TCG a
 #      survivor that learns of the death at once still needs up to ~1 s to be scheduled and
 #      return, and 5 s still fails a transport that only notices through the 30 s timeout.
+#   3. handshake: a rank stalls in the middle of the verbs handshake; the others must fail
+#      init with a timeout that names it and release the half-made connections.
+#   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), and
+#      registered buffers that verbs read in place.
+#   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked.
 # A raw-verbs ping-pong over rxe0 runs first, so that a broken bed is not mistaken for a
-# library bug.
+# library bug. BUILD_DIR may be a sanitizer build (./test.sh runs build-asan/ too): hand the
+# guest ASAN_OPTIONS etc. (RDMA_VM_PASSENV); a rank with a report exits non-zero, and that
+# fails its stage like any other failure.
 #
 # Knobs:
 #   RING_VM_TRANSPORT     RING_TRANSPORT of every rank                         (rdma)
@@ -26,7 +33,12 @@
 #   RING_VM_MAX_BYTES     largest buffer of any collective, K/M suffixes         (256K)
 #   RING_VM_FAULT_TRIALS  fault-injection trials, N = 2..4                          (8)
 #   RING_VM_FAULT_BOUND_MS  a survivor's error at most this long after the kill    (5000)
+#   RING_VM_BACKTOBACK_OPS  calls in the back-to-back soak                       (1000)
+#   RING_VM_SKIP_TESTS    collectives tests to leave out as well, Criterion globs,
+#                         e.g. "matrix_n1 float_random_*"                          (none)
 #   RING_VM_STAGE_TIMEOUT seconds per stage before it is killed and fails         (600)
+#   RING_VM_STAGES        only these stages, e.g. "faults handshake" (smoke collectives
+#                         faults handshake mixed qps)                                (all)
 #   RING_TEST_SEED        perturbs every seed (as for meson test)
 # Exit status: 0 every stage passed, 1 a stage failed, 2 usage or a missing build.
 set -euo pipefail
@@ -35,8 +47,9 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed -e 's/^# \{0,1\}//' -e '/^set -euo/
 [ $# -eq 1 ] || usage
 case $1 in -h|--help) usage ;; esac
 build=$(cd "$1" 2>/dev/null && pwd) || { echo "suite: no build directory $1" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
 tc=$build/tests/test_collectives
-for f in "$tc" "$build/tests/mp_worker" "$build/tools/ringrun" "$build/tests/ringrun_child"; do
+for f in "$tc" "$build/tests/mp_worker" "$build/tools/ringrun" "$build/tests/ringrun_child" "$build/perf/ring_perf"; do
   [ -x "$f" ] || { echo "suite: $f is missing: build first (ninja -C $1)" >&2; exit 2; }
 done
 
@@ -56,17 +69,23 @@ export RING_TEST_MAX_RANKS=4
 export RING_TEST_MAX_BYTES=${RING_VM_MAX_BYTES:-256K}
 export RING_TEST_FAULT_TRIALS=${RING_VM_FAULT_TRIALS:-8}
 export RING_TEST_FAULT_BOUND_MS=${RING_VM_FAULT_BOUND_MS:-5000}
-export RING_TEST_BACKTOBACK_OPS=1000
+export RING_TEST_BACKTOBACK_OPS=${RING_VM_BACKTOBACK_OPS:-1000}
+# The collectives filter: the tests named for 5 ranks and more, and RING_VM_SKIP_TESTS, out.
+skip_tests='*_n[5-9]*'
+read -r -a skip_more <<< "${RING_VM_SKIP_TESTS:-}"   # no globbing against the current directory
+for t in "${skip_more[@]}"; do skip_tests+="|$t"; done
 # A developer's tunables must not leak in (the test also filters them for the ranks).
 unset RING_TEST_ALGO
 
 echo "suite: $(uname -r), $(nproc) CPUs, transport $transport, N <= $RING_TEST_MAX_RANKS," \
      "buffers <= $RING_TEST_MAX_BYTES, $RING_TEST_FAULT_TRIALS fault trials (errors within" \
-     "$RING_TEST_FAULT_BOUND_MS ms)${RDMA_VM:+, in the soft-RoCE guest}"
+     "$RING_TEST_FAULT_BOUND_MS ms), $RING_TEST_BACKTOBACK_OPS back-to-back calls${RDMA_VM:+, in the soft-RoCE guest}"
+[ -z "${RING_VM_SKIP_TESTS:-}" ] || echo "suite: collectives tests left out: $RING_VM_SKIP_TESTS"
 [ -n "${RDMA_VM:-}" ] || echo "suite: not in the guest of tests/rdma/run-in-vm.sh; running on this host's devices"
 
 results=()
 failed=0
+want() { [ -z "${RING_VM_STAGES:-}" ] || [[ " $RING_VM_STAGES " == *" $1 "* ]]; }
 stage() { # name timeout command... (a shell function bounds itself)
   local name=$1 limit=$2 t0 rc=0 dt
   shift 2
@@ -105,7 +124,9 @@ verbs_smoke() {
   if [ "$rc" -ne 0 ]; then echo "suite: ibv_rc_pingpong over rxe0 failed; server said:"; cat "$tmp/srv.log"; fi
   return "$rc"
 }
-if ibv_devices 2>/dev/null | grep -qw rxe0; then
+if ! want smoke; then
+  :
+elif ibv_devices 2>/dev/null | grep -qw rxe0; then
   stage "verbs smoke test (ibv_rc_pingpong over rxe0)" 60 verbs_smoke
 elif [ "$transport" = rdma ]; then
   echo "suite: no rxe0 verbs device here (ibv_devices: $(ibv_devices 2>&1 | tr '\n' ' '))"
@@ -123,12 +144,75 @@ run_tc() { # filter
     grep -v -e ': Test is disabled$' -e '^\[====\] Running [0-9]* tests\{0,1\} from' || true
   return "$(cat "$tmp/rc")"
 }
-# The filter leaves out the tests named for 5 ranks and more; RING_TEST_MAX_RANKS skips any
-# other test that would start more than 4.
-stage "collectives, N <= 4 (test_collectives --filter 'collectives/!(*_n[5-9]*)')" "$stage_timeout" \
-  run_tc 'collectives/!(*_n[5-9]*)'
+# The filter leaves out the tests named for 5 ranks and more (and RING_VM_SKIP_TESTS);
+# RING_TEST_MAX_RANKS skips any other test that would start more than 4.
+want collectives && stage "collectives, N <= 4 (test_collectives --filter 'collectives/!($skip_tests)')" "$stage_timeout" \
+  run_tc "collectives/!($skip_tests)"
 # Alone, after the rest: the time bound must not be measured against other tests' load.
-stage "faults: a rank SIGKILLed mid-collective (test_collectives --filter 'faults/*')" "$stage_timeout" run_tc 'faults/*' 
+want faults && stage "faults: a rank SIGKILLed mid-collective (test_collectives --filter 'faults/*')" "$stage_timeout" run_tc 'faults/*' 
+
+# A rank that stops in the middle of the verbs handshake (tests/rdma/stall_rtr.c, preloaded,
+# parks it in its first move of a queue pair to RTR, after it took its peer's OFFER or ACK and
+# before it answers): the other ranks must fail ring_comm_init with a timeout that names the
+# handshake, and ring_comm_destroy must give back what the half-done handshakes hold (queue
+# pairs, registrations, memory: LeakSanitizer sees it in the ASan pass; a survivor that exits
+# non-zero fails the stage). N = 3, so that a survivor can have one connection on verbs and
+# one cut short. Unlike the Criterion tests, the ranks are started here.
+# shellcheck disable=SC2317  # called through stage
+handshake_cut() {
+  local d=$tmp/hs n=3 victim=1 port r vpid rc=0 pids=() cut=0 line
+  local w=$build/tests/mp_worker shim=$tmp/hs/stall_rtr.so secret
+  mkdir -p "$d"
+  cc -shared -fPIC -O1 -o "$shim" "$here/stall_rtr.c" -ldl ||
+    { echo "suite: cannot build the LD_PRELOAD shim (cc and libibverbs-dev are needed)"; return 1; }
+  port=$((20000 + RANDOM % 10000))
+  secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  rank_env() { # rank
+    echo RING_RANK="$1" RING_NRANKS="$n" RING_ROOT="127.0.0.1:$port" RING_SECRET="$secret" \
+      RING_TRANSPORT="$transport" RING_TEST_OUTDIR="$d"
+  }
+  for ((r = 0; r < n; r++)); do
+    if [ "$r" -eq "$victim" ]; then
+      # shellcheck disable=SC2046  # rank_env's words are NAME=value pairs without blanks
+      env $(rank_env "$r") RING_TIMEOUT_MS=600000 LD_PRELOAD="$shim" STALL_MARK="$d/stalled" \
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        timeout -k 5 300 "$w" initfail > "$d/log.$r" 2>&1 &
+      vpid=$!
+    else
+      # shellcheck disable=SC2046
+      env $(rank_env "$r") RING_TIMEOUT_MS=8000 timeout -k 5 120 "$w" initfail > "$d/log.$r" 2>&1 &
+      pids+=($!)
+    fi
+  done
+  for ((r = 0; r < ${#pids[@]}; r++)); do
+    wait "${pids[$r]}" || { echo "suite: survivor ${pids[$r]} exited $?"; rc=1; }
+  done
+  kill "$vpid" 2>/dev/null || true
+  wait "$vpid" 2>/dev/null || true
+  [ -e "$d/stalled" ] || { echo "suite: rank $victim never reached RTR (the shim did not stall it)"; rc=1; }
+  for ((r = 0; r < n; r++)); do
+    [ "$r" -eq "$victim" ] && continue
+    line=$(cat "$d/err.$r" 2>/dev/null || echo "(no err.$r: init did not fail as it had to)")
+    echo "suite: rank $r: $line"
+    case $line in *"timed out"*) ;; *) rc=1 ;; esac
+    case $line in *"verbs handshake"*) cut=1 ;; esac
+  done
+  [ "$cut" = 1 ] || { echo "suite: no survivor was cut off in the middle of a verbs handshake"; rc=1; }
+  # The victim's status is not looked at (it is killed): a sanitizer report it made before it
+  # parked must not go unseen.
+  if grep -q -e '^==[0-9]*==ERROR: ' -e 'runtime error: ' "$d/log.$victim"; then
+    echo "suite: rank $victim (the one that stalled) had a sanitizer report"
+    rc=1
+  fi
+  if [ "$rc" -ne 0 ]; then
+    for ((r = 0; r < n; r++)); do echo "suite: ---- rank $r's output:"; tail -n 40 "$d/log.$r"; done
+  fi
+  return "$rc"
+}
+if [ "$transport" = rdma ] && want handshake; then
+  stage "verbs handshake cut short: a rank stalls in it, the others time out and clean up" "$stage_timeout" \
+    handshake_cut
+fi
 
 # What the Criterion suite does not reach: RING_TRANSPORT=auto choosing verbs between "hosts"
 # (RING_HOST_ID) and shared memory inside one, in one ring; and ring_comm_register'd buffers,
@@ -155,9 +239,26 @@ mixed_and_registered() {
     fi
   done
 }
-if [ "$transport" = rdma ]; then
+if [ "$transport" = rdma ] && want mixed; then
   stage "auto between fake hosts (shm + verbs in one ring); registered buffers read in place" "$stage_timeout" \
     mixed_and_registered
+fi
+
+# Several queue pairs per connection (RING_IB_QPS_PER_PEER, 1 elsewhere in this suite): slot k
+# goes on queue pair k mod n, writes may overtake each other across them, and the receiver
+# must still take the slots in order. ring_perf checks every result (-c 1).
+# shellcheck disable=SC2317  # called through stage
+multi_qp() {
+  RING_TRANSPORT=rdma RING_IB_QPS_PER_PEER=3 RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/qp.%p \
+    timeout 300 "$build/tools/ringrun" -n 3 "$build/perf/ring_perf" -b 4 -e 2M -f 8 -n 2 -w 1 -c 1 --no-probe \
+    > "$tmp/qp-perf.log" 2>&1 || { tail -n 40 "$tmp/qp-perf.log"; return 1; }
+  grep -h "Out of bounds" "$tmp/qp-perf.log"
+  grep -h "sending to rank" "$tmp"/qp.* | sed 's/^.*NET //'
+  grep -q "(3 QP(s)," "$tmp"/qp.* || { echo "suite: the connections did not get 3 queue pairs"; return 1; }
+}
+if [ "$transport" = rdma ] && want qps; then
+  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
+    multi_qp
 fi
 
 echo "suite: ---- summary (transport $transport)"
