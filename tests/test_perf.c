@@ -295,6 +295,15 @@ Test(perf, next_size)
 
 static void redirect(void) { cr_redirect_stdout(); }
 
+/* What the test printed so far, NUL-terminated. */
+static void captured(char *buf, size_t len)
+{
+    fflush(stdout);
+    memset(buf, 0, len);
+    size_t n = fread(buf, 1, len - 1, cr_get_redirected_stdout());
+    cr_assert(n > 0);
+}
+
 Test(perf, csv_columns, .init = redirect, .timeout = 10)
 {
     pc_link_t l = {10e-6, 1e9, "--alpha-us", "--link-gbps"};
@@ -384,12 +393,9 @@ Test(perf, json_rows, .init = redirect, .timeout = 10)
     pc_print_row(&out, &r);
     pc_print_row(&out, &r);
     pc_json_end(0);
-    fflush(stdout);
     /* Only the stable parts (the date changes): escaped argv, null for unknowns, separators. */
-    char buf[8192] = {0};
-    FILE *f = cr_get_redirected_stdout();
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    cr_assert(n > 0);
+    char buf[8192];
+    captured(buf, sizeof buf);
     cr_expect(strstr(buf, "\"command\": [\"ring_perf\", \"--json\", \"quote\\\"d\"]") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"alpha_us\": null") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"link_GBps\": 2.000000, \"link_Gbps\": 16.000000") != NULL, "%s", buf);
@@ -416,11 +422,8 @@ Test(perf, json_mem, .init = redirect, .timeout = 10)
     r.mem = "cuda";
     pc_print_row(&out, &r);
     pc_json_end(0);
-    fflush(stdout);
-    char buf[8192] = {0};
-    FILE *f = cr_get_redirected_stdout();
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    cr_assert(n > 0);
+    char buf[8192];
+    captured(buf, sizeof buf);
     cr_expect(strstr(buf, "\"memory\": \"both\", \"gpu\": \"device 0: GPU \\\"x\\\"\"") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"host\"},\n") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"cuda\"}\n  ]") != NULL, "%s", buf);

@@ -257,6 +257,18 @@ fail:
     d->err = rc;
 }
 
+/* A link message's request (ipc.c) finished: *req back to NULL, *flag set. */
+static ring_result_t link_step(const ring__transport_t *tp, void **req, int *flag)
+{
+    int done = 0;
+    ring_result_t rc = *req ? tp->test(*req, &done) : RING_OK;
+    if (rc == RING_OK && done) {
+        *req = NULL;
+        *flag = 1;
+    }
+    return rc;
+}
+
 /*
  * Runs a host ring schedule (engine.h) whose buffers are device memory. The callbacks say
  * which bytes each message carries; this loop moves them through pinned slots:
@@ -436,20 +448,10 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
         RING_CHECK(rtp->progress(rconn, &moved));
 
         RING_CHECK(ring__desc_step(comm, stp, rtp, &dsend, &drecv, &sent_desc, &got_desc, mydesc, theirdesc, &busy));
-        if (lsend) {
-            int done = 0;
-            RING_CHECK(stp->test(lsend, &done));
-            if (done) {
-                lsend = NULL;
-                sent_link = 1;
-            }
-        }
+        RING_CHECK(link_step(stp, &lsend, &sent_link));
         if (lrecv) {
-            int done = 0;
-            RING_CHECK(rtp->test(lrecv, &done));
-            if (done) {
-                lrecv = NULL;
-                got_link = 1;
+            RING_CHECK(link_step(rtp, &lrecv, &got_link));
+            if (got_link) {
                 busy = 1;
                 RING_CHECK(ring__ipc_accept(comm, &ic));
             }
