@@ -101,7 +101,6 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/mem.h"
-#include "cuda/mem_abi.h"
 #include "cuda/ring_cuda.h"
 #endif
 
@@ -249,7 +248,6 @@ static void p2p(ring__p2p_op_t *ops, int nops, const char *what)
 static struct {
     const char *opt;       /* "-G cuda" or "-G both", for messages */
     unsigned char *buf[2]; /* the device sendbuf and recvbuf; NULL where the call needs none */
-    size_t len[2];
     int dev, ndev;  /* this rank's device, of ndev on its host */
     int *devs;      /* every rank's device (rank 0 prints them) */
     char desc[256]; /* ring__cuda_describe of dev */
@@ -285,27 +283,13 @@ static void gpu_agree(int32_t ok, const char *why)
 }
 
 #if RING_HAVE_CUDA
-/* --emulate-gpu's stand-in for the driver's cuPointerGetAttributes (as cuda_coll_check's): the
- * two buffers are device memory of device 0, everything else is host memory. */
-static int fake_get_attrs(unsigned n, int *attrs, void **data, unsigned long long ptr)
-{
-    int in = 0;
-    for (int b = 0; b < 2; b++)
-        in |= g_gpu.buf[b] && ptr >= (uintptr_t)g_gpu.buf[b] && ptr < (uintptr_t)g_gpu.buf[b] + g_gpu.len[b];
-    for (unsigned i = 0; i < n; i++) {
-        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
-            *(unsigned *)data[i] = in ? RING__CU_MEMORYTYPE_DEVICE : 0;
-        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_MANAGED) *(unsigned *)data[i] = 0;
-        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in ? 0 : -1;
-    }
-    return 0;
-}
-
-/* Before init: --emulate-gpu replaces the GPU and the driver's answers for the whole process. */
+/* Before init: --emulate-gpu replaces the GPU and the driver's answers for the whole process
+ * (the stand-in driver, as cuda_coll_check's: gpu_alloc's two buffers are device memory of
+ * device 0, everything else host memory). */
 static void gpu_emulate(void)
 {
     ring__cuda_set_emulation(1);
-    ring__mem_set_driver_for_tests(fake_get_attrs);
+    ring__mem_fake_device_range(0, NULL, 0);
 }
 
 /* Collective, after init: every rank has a usable GPU, or all skip. Then the device: local
@@ -339,7 +323,7 @@ static unsigned char *gpu_alloc(int b, size_t bytes)
     void *p = NULL;
     if (!bytes) return NULL;
     CALL("ring__cuda_dev_alloc", ring__cuda_dev_alloc(g_comm, bytes, &p));
-    g_gpu.len[b] = bytes;
+    if (ring__cuda_emulating()) ring__mem_fake_device_range(b, p, bytes);
     g_gpu.buf[b] = p;
     return p;
 }

@@ -489,6 +489,23 @@ out:
     return bad;
 }
 
+/* Do the 256 floats at dev read 0, 1, ..., 255? If not, say which element is wrong. */
+static int holds_ramp(const float *dev, const char *what, char *msg, size_t len)
+{
+    float host[256];
+    cudaError_t e = cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        snprintf(msg, len, "%s: cudaMemcpy back: %s", what, cudaGetErrorString(e));
+        return 0;
+    }
+    for (int i = 0; i < 256; i++)
+        if (host[i] != (float)i) {
+            snprintf(msg, len, "%s: element %d is %g, want %d", what, i, host[i], i);
+            return 0;
+        }
+    return 1;
+}
+
 int tc_check_public_api(char *msg, size_t len)
 {
     int bad = 0;
@@ -502,22 +519,20 @@ int tc_check_public_api(char *msg, size_t len)
     /* One rank: the device path copies device to device. */
     ring_result_t rc = ring_allreduce(c, dev, dev + 256, 256, RING_FLOAT32, RING_SUM);
     if (rc != RING_OK) FAIL("ring_allreduce on device memory: %s (%s)", ring_result_name(rc), ring_comm_last_error(c));
-    memset(host, 0, sizeof host);
-    if ((e = cudaMemcpy(host, dev + 256, sizeof host, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        FAIL("cudaMemcpy back: %s", cudaGetErrorString(e));
-    for (int i = 0; i < 256; i++)
-        if (host[i] != (float)i) FAIL("ring_allreduce on device memory, one rank: element %d is %g, want %d", i, host[i], i);
+    if (!holds_ramp(dev + 256, "ring_allreduce on device memory, one rank", msg, len)) {
+        bad = 1; /* holds_ramp wrote msg */
+        goto out;
+    }
     /* The other collectives on one rank: broadcast leaves the buffer, all-gather copies it. */
     rc = ring_broadcast(c, dev, 256, RING_FLOAT32, 0);
     if (rc != RING_OK) FAIL("ring_broadcast on device memory: %s (%s)", ring_result_name(rc), ring_comm_last_error(c));
     if ((e = cudaMemset(dev + 512, 0, 256 * sizeof(float))) != cudaSuccess) FAIL("cudaMemset: %s", cudaGetErrorString(e));
     rc = ring_allgather(c, dev, dev + 512, 256, RING_FLOAT32);
     if (rc != RING_OK) FAIL("ring_allgather on device memory: %s (%s)", ring_result_name(rc), ring_comm_last_error(c));
-    memset(host, 0, sizeof host);
-    if ((e = cudaMemcpy(host, dev + 512, sizeof host, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        FAIL("cudaMemcpy back: %s", cudaGetErrorString(e));
-    for (int i = 0; i < 256; i++)
-        if (host[i] != (float)i) FAIL("ring_allgather on device memory, one rank: element %d is %g, want %d", i, host[i], i);
+    if (!holds_ramp(dev + 512, "ring_allgather on device memory, one rank", msg, len)) {
+        bad = 1; /* holds_ramp wrote msg */
+        goto out;
+    }
     rc = ring_allreduce(c, (char *)dev + 2, (char *)dev + 2, 16, RING_FLOAT32, RING_SUM);
     if (rc != RING_ERR_INVALID_ARG)
         FAIL("misaligned device buffer: %s (%s), want RING_ERR_INVALID_ARG", ring_result_name(rc), ring_comm_last_error(c));

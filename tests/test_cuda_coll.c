@@ -36,7 +36,6 @@
 
 #include "cuda/ipc.h"
 #include "cuda/mem.h"
-#include "cuda/mem_abi.h"
 #include "cuda/ring_cuda.h"
 #include "reference.h"
 #include "ringcomm.h"
@@ -45,18 +44,6 @@
 
 static unsigned char *arena; /* "device" memory: cudaMalloc, or host memory when emulating */
 static int emulate;
-
-/* The stand-in driver (--emulate): the arena is device memory of device 0. */
-static int fake_get_attrs(unsigned n, int *attrs, void **data, unsigned long long ptr)
-{
-    int in = ptr >= (uintptr_t)arena && ptr < (uintptr_t)arena + ARENA_BYTES;
-    for (unsigned i = 0; i < n; i++) {
-        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = in ? RING__CU_MEMORYTYPE_DEVICE : 0;
-        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_MANAGED) *(unsigned *)data[i] = 0;
-        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in ? 0 : -1;
-    }
-    return 0;
-}
 
 typedef struct layout {
     const char *name;
@@ -207,7 +194,7 @@ int main(int argc, char **argv)
     if (emulate) {
         ring__cuda_set_emulation(1);
         arena = aligned_alloc(256, ARENA_BYTES);
-        ring__mem_set_driver_for_tests(fake_get_attrs);
+        ring__mem_fake_device_range(0, arena, ARENA_BYTES); /* the stand-in driver: device 0 */
     } else if (!ring__cuda_usable(why, sizeof why)) {
         printf("SKIP: no usable GPU: %s\n", why);
         return 77;

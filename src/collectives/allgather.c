@@ -10,8 +10,6 @@
  * The own segment is copied from sendbuf into recvbuf once (skipped in-place).
  * Bytes on the wire per rank: (N-1)/N of the gathered buffer each way.
  */
-#include <string.h>
-
 #include "engine.h"
 
 static void ag_send(ring__sched_t *s, size_t i, const void **buf, size_t *len, size_t *dep, size_t *slot_of)
@@ -56,13 +54,4 @@ void ring__allgather_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opde
     s->send_msg = ag_send;
     s->recv_msg = ag_recv;
     s->recv_done = ag_done;
-}
-
-ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op)
-{
-    ring__sched_t s;
-    ring__allgather_sched(&s, comm, op);
-    char *own = (char *)op->recvbuf + (size_t)comm->rank * op->count * s.esize;
-    if (own != (const char *)op->sendbuf && op->count) memmove(own, op->sendbuf, op->count * s.esize);
-    return ring__engine_run(&s);
 }

@@ -84,10 +84,3 @@ void ring__allreduce_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opde
     s->recv_msg = ar_recv;
     s->recv_done = ar_done;
 }
-
-ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op)
-{
-    ring__sched_t s;
-    ring__allreduce_sched(&s, comm, op);
-    return ring__engine_run(&s);
-}

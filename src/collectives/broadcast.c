@@ -49,10 +49,3 @@ void ring__broadcast_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opde
     s->recv_msg = bc_recv;
     s->recv_done = bc_done;
 }
-
-ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op)
-{
-    ring__sched_t s;
-    ring__broadcast_sched(&s, comm, op);
-    return ring__engine_run(&s);
-}

@@ -234,6 +234,29 @@ fail:
     return rc;
 }
 
+ring_result_t ring__ring_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    switch (op->coll) {
+    case RING__COLL_ALLREDUCE: ring__allreduce_sched(s, comm, op); return RING_OK;
+    case RING__COLL_REDUCE_SCATTER: ring__reduce_scatter_sched(s, comm, op); return RING_OK;
+    case RING__COLL_ALLGATHER: ring__allgather_sched(s, comm, op); return RING_OK;
+    case RING__COLL_BROADCAST: ring__broadcast_sched(s, comm, op); return RING_OK;
+    default: return ring__seterr(comm, RING_ERR_INTERNAL, "%s has no ring schedule", ring__coll_name(op->coll));
+    }
+}
+
+ring_result_t ring__ring_run(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring__sched_t s;
+    ring_result_t rc = ring__ring_sched(&s, comm, op);
+    if (rc != RING_OK) return rc;
+    if (op->coll == RING__COLL_ALLGATHER) {
+        char *own = (char *)op->recvbuf + (size_t)comm->rank * op->count * s.esize;
+        if (own != (const char *)op->sendbuf && op->count) memmove(own, op->sendbuf, op->count * s.esize);
+    }
+    return ring__engine_run(&s);
+}
+
 ring_result_t ring__engine_run(ring__sched_t *s)
 {
     ring_comm_t *comm = s->comm;

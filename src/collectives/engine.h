@@ -99,15 +99,15 @@ ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes);
 /* Algorithms (one file each). The _sched functions fill in a ring schedule without running
  * it: the host runs it with ring__engine_run, the device engine (src/cuda/coll.c) with its
  * own staging, so both send the same messages in the same order. */
-ring_result_t ring__allreduce_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 void ring__allreduce_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
-ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 void ring__reduce_scatter_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
 /* The all-gather's schedule leaves the own segment to the caller (sendbuf -> recvbuf). */
-ring_result_t ring__allgather_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 void ring__allgather_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
-ring_result_t ring__broadcast_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 void ring__broadcast_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
+/* The ring schedule of op->coll (all-reduce, reduce-scatter, all-gather, broadcast). */
+ring_result_t ring__ring_sched(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t *op);
+/* op->coll by its ring on host buffers (all-gather: the own segment copied first). */
+ring_result_t ring__ring_run(ring_comm_t *comm, const ring__opdesc_t *op);
 /* A ring engine with nothing to do: wait on both neighbours' connections (ring__wait_idle;
  * idle_ns = time since the last progress, 0 to only yield). RING_OK to go on; otherwise the
  * abort, peer failure or timeout, named by what the engine waited for: the left neighbour's

@@ -66,10 +66,3 @@ void ring__reduce_scatter_sched(ring__sched_t *s, ring_comm_t *comm, const ring_
     s->recv_msg = rs_recv;
     s->recv_done = rs_done;
 }
-
-ring_result_t ring__reduce_scatter_ring(ring_comm_t *comm, const ring__opdesc_t *op)
-{
-    ring__sched_t s;
-    ring__reduce_scatter_sched(&s, comm, op);
-    return ring__engine_run(&s);
-}

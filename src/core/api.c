@@ -150,10 +150,10 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     int rd = algo == RING__ALGO_RD;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE:
-        return rd ? ring__allreduce_rd(comm, op) : algo == RING__ALGO_RH ? ring__allreduce_rh(comm, op) : ring__allreduce_ring(comm, op);
-    case RING__COLL_REDUCE_SCATTER: return ring__reduce_scatter_ring(comm, op);
-    case RING__COLL_ALLGATHER: return ring__allgather_ring(comm, op);
-    case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__broadcast_ring(comm, op);
+        return rd ? ring__allreduce_rd(comm, op) : algo == RING__ALGO_RH ? ring__allreduce_rh(comm, op) : ring__ring_run(comm, op);
+    case RING__COLL_REDUCE_SCATTER:
+    case RING__COLL_ALLGATHER: return ring__ring_run(comm, op);
+    case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__ring_run(comm, op);
     case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);

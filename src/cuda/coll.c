@@ -216,7 +216,7 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 typedef struct dev_state {
     stage_t *S;
     size_t cur;                  /* the receive recv_done is processing */
-    const unsigned char *pinned; /* its pinned slot */
+    const unsigned char *pinned; /* its bytes: pinned slot, or the sender's slot (CUDA IPC) */
     int reduced;                 /* recv_done reduced it (through the hook) */
     int remote;                  /* it lies in the left neighbour's device memory (CUDA IPC) */
     unsigned char **kept;        /* per receive slot: where a kept (forwarded) sum lives */
@@ -278,7 +278,7 @@ static ring_result_t link_step(const ring__transport_t *tp, void **req, int *fla
  *   recv i:  irecv into pinned receive slot i % depth; once arrived, in order: into a device
  *            buffer, an H2D copy; into scratch (buf NULL), recv_done reduces it through
  *            dev_reduce (H2D into the device slot, a kernel); an event. The slots are free when
- *            that work finished and, for a kept sum, the send that forwards it queued its D2H.
+ *            that work finished and, for a kept sum, the D2H of the send that forwards it finished.
  * With RING_CUDA_IPC=1 a link message follows the descriptor each way (ipc.c), and a link that
  * is CUDA IPC replaces the pinned slots and the transport: send i is a device-to-device copy
  * into the right neighbour's slot of the link, published once it finished; receive i reads
@@ -626,19 +626,12 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
         return whole_staged(comm, op, algo, S, quarantine);
 
     ring__sched_t sc;
-    switch (op->coll) {
-    case RING__COLL_ALLREDUCE: ring__allreduce_sched(&sc, comm, op); break;
-    case RING__COLL_REDUCE_SCATTER: ring__reduce_scatter_sched(&sc, comm, op); break;
-    case RING__COLL_ALLGATHER: {
+    RING_CHECK(ring__ring_sched(&sc, comm, op));
+    if (op->coll == RING__COLL_ALLGATHER) {
         /* The own segment, device to device, queued before anything that reads it. */
         unsigned char *own = (unsigned char *)op->recvbuf + (size_t)comm->rank * bytes;
         if (own != (const unsigned char *)op->sendbuf && bytes)
             RING_CHECK(ring__cuda_memcpy_async(comm, own, op->sendbuf, bytes, S->so));
-        ring__allgather_sched(&sc, comm, op);
-        break;
-    }
-    case RING__COLL_BROADCAST: ring__broadcast_sched(&sc, comm, op); break;
-    default: return ring__seterr(comm, RING_ERR_INTERNAL, "device path: %s is not supported", ring__coll_name(op->coll));
     }
     rc = staged_engine(&sc, S, quarantine);
     if (rc == RING_OK) rc = ring__cuda_stream_sync(comm, S->st);
@@ -647,35 +640,41 @@ fail:
     return rc;
 }
 
+ring_result_t ring__cuda_device_enter(ring_comm_t *comm, int dev, ring__cuda_devscope_t *s)
+{
+    s->dev = dev;
+    s->restore = !ring__cuda_emulating() && ring__mem_thread_has_context() == 1;
+    ring_result_t rc = ring__cuda_get_device(comm, &s->prev);
+    if (rc == RING_OK && s->prev != dev) rc = ring__cuda_set_device(comm, dev);
+    if (rc != RING_OK) s->restore = 0;
+    return rc;
+}
+
+void ring__cuda_device_leave(const ring__cuda_devscope_t *s)
+{
+    if (s->restore && s->prev != s->dev) (void)ring__cuda_set_device(NULL, s->prev);
+}
+
 void ring__cuda_free_dead(ring_comm_t *comm)
 {
-    int prev = 0;
-    /* As in ring__cuda_run_op: free on the set's device, and leave a thread without a context
-     * without one on device 0. */
-    const int restore = !ring__cuda_emulating() && ring__mem_thread_has_context() == 1;
-    if (!comm->cuda_dead || ring__cuda_get_device(NULL, &prev) != RING_OK) return;
     while (comm->cuda_dead) {
         stage_t *s = comm->cuda_dead;
+        ring__cuda_devscope_t ds;
         comm->cuda_dead = s->next;
-        (void)ring__cuda_set_device(NULL, s->device);
+        (void)ring__cuda_device_enter(NULL, s->device, &ds); /* freed on its own device */
         stage_destroy(s);
+        ring__cuda_device_leave(&ds);
     }
-    if (restore) (void)ring__cuda_set_device(NULL, prev);
 }
 
 ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
-    int prev = 0, quarantine = 0;
+    int quarantine = 0;
     stage_t *S = NULL;
-    /* Blocking calls run on the caller's thread: leave its current device as it was. A thread
-     * without a context (the progress thread, or a caller that never used CUDA) is left with
-     * the buffers' device: "restoring" device 0 there would create a context on a GPU the
-     * process may not use (cudaSetDevice initialises the context since CUDA 12). */
-    const int restore = !ring__cuda_emulating() && ring__mem_thread_has_context() == 1;
-    ring_result_t rc = ring__cuda_get_device(comm, &prev);
+    ring__cuda_devscope_t ds; /* blocking calls run on the caller's thread: put it back */
+    ring_result_t rc = ring__cuda_device_enter(comm, op->device, &ds);
     if (rc != RING_OK) return rc;
-    if (prev != op->device) rc = ring__cuda_set_device(comm, op->device);
-    if (rc == RING_OK) rc = stage_get(comm, op->device, &S);
+    rc = stage_get(comm, op->device, &S);
     if (rc == RING_OK) {
         rc = run(comm, op, S, &quarantine);
         /* Nothing queued may run after the call returned: wait for the stream, whatever
@@ -696,6 +695,6 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     if (rc != RING_OK)
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu on device %d failed: %s",
                  ring__coll_name(op->coll), (unsigned long long)op->seq, op->device, comm->errmsg);
-    if (restore && prev != op->device) (void)ring__cuda_set_device(NULL, prev);
+    ring__cuda_device_leave(&ds);
     return rc;
 }

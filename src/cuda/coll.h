@@ -21,6 +21,18 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 /* Run an accepted call (op->mem_device) on the calling thread; ring__run_op's device branch. */
 ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op);
 
+/*
+ * Make `dev` the calling thread's current device for library work; ..._leave puts the
+ * previous one back. A thread without a context (the progress thread, or a caller that never
+ * used CUDA) is left on dev: "restoring" device 0 there would create a context on a GPU the
+ * process may not use (cudaSetDevice initialises the context since CUDA 12).
+ */
+typedef struct ring__cuda_devscope {
+    int dev, prev, restore;
+} ring__cuda_devscope_t;
+ring_result_t ring__cuda_device_enter(ring_comm_t *comm, int dev, ring__cuda_devscope_t *s);
+void ring__cuda_device_leave(const ring__cuda_devscope_t *s);
+
 /* ring_comm_destroy, once the connections are closed: free the staging sets of failed calls. */
 void ring__cuda_free_dead(ring_comm_t *comm);
 

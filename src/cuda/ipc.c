@@ -47,8 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda/coll.h"
 #include "cuda/ipc.h"
-#include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
 #include "log.h"
 #include "p2p.h"
@@ -420,16 +420,13 @@ void ring__cuda_ipc_fini(ring_comm_t *comm)
             nanosleep(&ts, NULL);
         }
     }
-    /* Free on the device the memory belongs to, without leaving a context on device 0 for a
-     * thread that had none (as ring__cuda_run_op). */
-    int prev = 0, dev = t->mem ? t->device : r->device;
-    const int restore = !ring__cuda_emulating() && ring__mem_thread_has_context() == 1;
-    if ((t->mem || r->mem) && ring__cuda_get_device(NULL, &prev) == RING_OK && prev != dev)
-        (void)ring__cuda_set_device(NULL, dev);
+    /* Freed on the device the memory belongs to (both links are on the communicator's). */
+    ring__cuda_devscope_t ds = {0};
+    if (t->mem || r->mem) (void)ring__cuda_device_enter(NULL, t->mem ? t->device : r->device, &ds);
     tx_release(t);
     ring__cuda_ipc_close(r->mem, r->bytes);
     if (r->pg) munmap(r->pg, PAGE_BYTES);
-    if (restore && prev != dev) (void)ring__cuda_set_device(NULL, prev);
+    ring__cuda_device_leave(&ds);
     free(x);
     comm->cuda_ipc = NULL;
 }

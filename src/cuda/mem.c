@@ -62,6 +62,31 @@ void ring__mem_set_driver_for_tests(ring__cu_get_attrs_fn fn)
     atomic_store_explicit(&test_get_attrs, fn, memory_order_release);
 }
 
+static struct {
+    uintptr_t base;
+    size_t len;
+} fake_ranges[4];
+
+static int fake_ranges_get_attrs(unsigned n, int *attrs, void **data, unsigned long long ptr)
+{
+    int in = 0;
+    for (int r = 0; r < 4; r++) in |= ptr >= fake_ranges[r].base && ptr - fake_ranges[r].base < fake_ranges[r].len;
+    for (unsigned i = 0; i < n; i++) {
+        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = in ? RING__CU_MEMORYTYPE_DEVICE : 0;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_MANAGED) *(unsigned *)data[i] = 0;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in ? 0 : -1;
+    }
+    return 0;
+}
+
+void ring__mem_fake_device_range(int slot, const void *base, size_t len)
+{
+    if (slot < 0 || slot >= 4) return;
+    fake_ranges[slot].base = (uintptr_t)base;
+    fake_ranges[slot].len = len;
+    ring__mem_set_driver_for_tests(fake_ranges_get_attrs);
+}
+
 const char *ring__mem_kind_name(ring__mem_kind_t kind)
 {
     switch (kind) {

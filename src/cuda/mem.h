@@ -59,5 +59,11 @@ const char *ring__mem_driver_state(void);
  */
 typedef int (*ring__cu_get_attrs_fn)(unsigned n, int *attrs, void **data, unsigned long long ptr);
 void ring__mem_set_driver_for_tests(ring__cu_get_attrs_fn fn);
+/*
+ * Tests only: install a stand-in driver that calls range `slot` (0..3: [base, base + len),
+ * len 0 clears it) device memory of device 0 and every other address host memory, for
+ * programs that run the device path with the GPU emulated (ring__cuda_set_emulation).
+ */
+void ring__mem_fake_device_range(int slot, const void *base, size_t len);
 
 #endif
