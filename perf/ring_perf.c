@@ -1108,13 +1108,12 @@ int main(int argc, char **argv)
             bad_combination("-G cuda/both with -A ps/both: the parameter-server baseline reduces on the host and "
                             "cannot read device buffers (use -A ring)");
         /* ring_comm_register takes any pointer, but the device path never sends from or into
-         * the user's buffer (it stages through the library's pinned memory), and verbs cannot
-         * register device memory without GPUDirect RDMA: a registered row would measure
-         * nothing different, or fail in ibv_reg_mr. */
+         * the user's buffer (it goes through the library's own pinned or GPUDirect slots): a
+         * registered row would measure nothing different, or fail in ibv_reg_mr. */
         if (o.reg)
-            bad_combination("-G cuda/both with -R 1: device buffers are staged through the library's pinned host "
-                            "memory, so registering them has no effect (verbs would need GPUDirect RDMA, not "
-                            "supported yet: docs/cuda.md)");
+            bad_combination("-G cuda/both with -R 1: device buffers go through the library's own slots (pinned "
+                            "host memory, or registered device memory with GPUDirect RDMA: docs/rdma.md), so "
+                            "registering them has no effect");
         g_gpu.opt = o.pc.mem == PC_MEM_BOTH ? "-G both" : "-G cuda";
         if (o.emulate) gpu_emulate(); /* before anything in the process touches CUDA */
     } else if (o.emulate) {

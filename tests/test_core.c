@@ -187,7 +187,7 @@ static void clear_env(void)
     const char *vars[] = {"RING_RANK", "RING_NRANKS", "RING_ROOT", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                           "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
                           "PMI_SIZE", "RING_TIMEOUT_MS", "RING_CHUNK_BYTES", "RING_NSOCKS", "RING_PIPELINE_DEPTH",
-                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES"};
+                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES", "RING_IB_GDR"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -277,6 +277,58 @@ Test(param, resolve_env_and_config)
     setenv("RING_CHUNK_BYTES", "3", 1); /* below the minimum */
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
     clear_env();
+}
+
+Test(param, ib_gdr)
+{
+    ring__params_t p;
+    clear_env();
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.ib_gdr, -1, "auto by default");
+    const char *vals[] = {"0", "1", "auto"};
+    const int want[] = {0, 1, -1};
+    for (int i = 0; i < 3; i++) {
+        setenv("RING_IB_GDR", vals[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s", vals[i]);
+        cr_assert_eq(p.ib_gdr, want[i], "%s", vals[i]);
+    }
+    setenv("RING_IB_GDR", "yes", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_GDR") != NULL);
+    clear_env();
+}
+
+/* ---- collective descriptors -------------------------------------------------------------- */
+
+/* A rank's hints (how it moves its bytes, e.g. GPUDirect RDMA) never make a mismatch; every
+ * field of the call still does, and the message still names both calls. */
+Test(desc, hints_are_not_compared_but_the_call_is)
+{
+    float x[4];
+    ring_comm_t *c = calloc(1, sizeof *c); /* enough of one for the error path */
+    cr_assert_not_null(c);
+    pthread_mutex_init(&c->err_mu, NULL);
+    ring__opdesc_t a = {.coll = RING__COLL_ALLREDUCE, .seq = 7, .count = 4, .dtype = RING_FLOAT32, .op = RING_SUM,
+                        .sendbuf = x, .recvbuf = x};
+    ring__opdesc_t b = a;
+    unsigned char da[RING__DESC_LEN], db[RING__DESC_LEN];
+    ring__desc_build(da, &a, RING__ALGO_RING | RING__DESC_GDR);
+    ring__desc_build(db, &b, RING__ALGO_RING);
+    cr_assert_eq(ring__desc_hints(da), (uint32_t)RING__DESC_GDR);
+    cr_assert_eq(ring__desc_hints(db), 0u);
+    cr_assert_eq(ring__desc_check(c, da, db, "left neighbour", "rank 1"), RING_OK);
+    cr_assert_eq(ring__desc_check(c, db, da, "left neighbour", "rank 1"), RING_OK);
+    b.count = 5;
+    ring__desc_build(db, &b, RING__ALGO_RING | RING__DESC_GDR);
+    cr_assert_eq(ring__desc_check(c, da, db, "left neighbour", "rank 1"), RING_ERR_MISMATCH);
+    cr_assert(strstr(c->errmsg, "count=5") != NULL, "%s", c->errmsg);
+    b.count = 4;
+    ring__desc_build(db, &b, RING__ALGO_RD | RING__DESC_GDR);
+    cr_assert_eq(ring__desc_check(c, da, db, "left neighbour", "rank 1"), RING_ERR_MISMATCH, "the algorithm is compared");
+    ring__desc_build(db, &b, RING__ALGO_RING | RING__ALGO_CUDA_IPC);
+    cr_assert_eq(ring__desc_check(c, da, db, "left neighbour", "rank 1"), RING_ERR_MISMATCH, "CUDA IPC is compared");
+    pthread_mutex_destroy(&c->err_mu);
+    free(c);
 }
 
 /* ---- errors ----------------------------------------------------------------------------- */

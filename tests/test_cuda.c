@@ -416,6 +416,13 @@ Test(cuda_gpu, public_api_on_device_buffers)
     char msg[512] = "";
     cr_expect_eq(tc_check_public_api(msg, sizeof msg), 0, "%s", msg);
 }
+
+Test(cuda_gpu, dmabuf_export_for_gpudirect_rdma)
+{
+    need_gpu();
+    char msg[512] = "";
+    cr_expect_eq(tc_check_dmabuf(msg, sizeof msg), 0, "%s", msg);
+}
 #else
 Test(cuda_gpu, kernels) { need_gpu(); }
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -504,6 +505,34 @@ static int holds_ramp(const float *dev, const char *what, char *msg, size_t len)
             return 0;
         }
     return 1;
+}
+
+int tc_check_dmabuf(char *msg, size_t len)
+{
+    /* GPUDirect RDMA's first half (src/cuda/gdr.c): a dma-buf of device memory for
+     * ibv_reg_dmabuf_mr. Where the GPU, driver or kernel has none the answer must be
+     * RING_ERR_UNSUPPORTED with a reason; where it has one, the descriptor must be a dma-buf
+     * that covers the range (its size is what lseek to the end reports). */
+    const size_t bytes = (size_t)2 << 20;
+    int bad = 0, fd = -1;
+    void *dev = NULL;
+    cudaError_t e;
+    if ((e = cudaMalloc(&dev, bytes)) != cudaSuccess) FAIL("cudaMalloc: %s", cudaGetErrorString(e));
+    ring_result_t rc = ring__cuda_dmabuf_fd(NULL, dev, bytes, &fd);
+    if (rc == RING_ERR_UNSUPPORTED) {
+        if (fd != -1) FAIL("dma-buf refused but fd %d", fd);
+        if (!ring_comm_last_error(NULL)[0]) FAIL("dma-buf refused without a reason");
+        printf("note: no dma-buf export here (GPUDirect RDMA would use ibv_reg_mr): %s\n", ring_comm_last_error(NULL));
+        goto out;
+    }
+    if (rc != RING_OK) FAIL("ring__cuda_dmabuf_fd: %s (%s)", ring_result_name(rc), ring_comm_last_error(NULL));
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < (off_t)bytes) FAIL("dma-buf fd %d: size %lld, want at least %zu", fd, (long long)end, bytes);
+    printf("note: dma-buf export works: fd of %lld bytes for %zu bytes of device memory\n", (long long)end, bytes);
+out:
+    if (fd >= 0) close(fd);
+    cudaFree(dev);
+    return bad;
 }
 
 int tc_check_public_api(char *msg, size_t len)

@@ -69,6 +69,9 @@ int tc_check_mem_kinds(char *msg, size_t len);
 /* The public collectives on a one-rank communicator with cudaMalloc buffers: what this build
  * promises for device memory (docs/cuda.md). Returns 0 or 1 (msg). */
 int tc_check_public_api(char *msg, size_t len);
+/* The dma-buf export GPUDirect RDMA registers (ring__cuda_dmabuf_fd): a dma-buf covering the
+ * range, or RING_ERR_UNSUPPORTED with a reason. Needs a GPU. */
+int tc_check_dmabuf(char *msg, size_t len);
 
 const char *tc_dtype_name(ring_dtype_t dt);
 const char *tc_op_name(ring_op_t op);

@@ -34,6 +34,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
@@ -178,15 +179,19 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
 
 int main(int argc, char **argv)
 {
-    int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0;
+    int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--expect-ipc")) expect_ipc = 1;
         else if (!strcmp(argv[i], "--ipc-mixed")) ipc_mixed = 1;
+        else if (!strcmp(argv[i], "--expect-gdr")) expect_gdr = 1;
+        else if (!strcmp(argv[i], "--expect-no-gdr")) expect_gdr = 0;
         else {
-            fprintf(stderr, "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed] [--expect-gdr | --expect-no-gdr]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -281,6 +286,21 @@ int main(int argc, char **argv)
                (unsigned long long)rx);
         if (!tx || !rx) {
             fprintf(stderr, "rank %d: expected the ring's messages over CUDA IPC (RING_CUDA_IPC=1)\n", rank);
+            bad = 1;
+        }
+    }
+    if (expect_gdr >= 0 && n > 1) {
+        /* GPUDirect RDMA: a rank with device buffers sends that way; it receives that way when
+         * its left neighbour has device buffers too; a rank with host buffers never does. */
+        uint64_t tx = 0, rx = 0;
+        ring__cuda_gdr_counts(comm, &tx, &rx);
+        const int left_dev = !mixed || ((rank + n - 1) % n) % 2 == 0;
+        printf("rank %d: %llu messages sent and %llu received by GPUDirect RDMA\n", rank, (unsigned long long)tx,
+               (unsigned long long)rx);
+        int want_tx = expect_gdr && use_device, want_rx = want_tx && left_dev;
+        if (!tx != !want_tx || !rx != !want_rx) {
+            fprintf(stderr, "rank %d: expected %s sent and %s received by GPUDirect RDMA\n", rank,
+                    want_tx ? "messages" : "nothing", want_rx ? "messages" : "nothing");
             bad = 1;
         }
     }

@@ -50,7 +50,8 @@ int main(int argc, char **argv)
     struct {
         const char *name;
         int (*fn)(char *, size_t);
-    } singles[] = {{"arguments", tc_check_args}, {"memory kinds", tc_check_mem_kinds}, {"public API", tc_check_public_api}};
+    } singles[] = {{"arguments", tc_check_args}, {"memory kinds", tc_check_mem_kinds}, {"public API", tc_check_public_api},
+                 {"dma-buf export", tc_check_dmabuf}};
     for (size_t i = 0; i < sizeof singles / sizeof *singles; i++) {
         int r = singles[i].fn(msg, sizeof msg);
         total++;

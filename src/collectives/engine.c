@@ -84,15 +84,26 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
                                            : "ring", ipc);
 }
 
+uint32_t ring__desc_hints(const unsigned char *desc)
+{
+    return ring__get32(desc + 36) & RING__DESC_HINTS;
+}
+
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who)
 {
     if (ring__get32(theirs) != DESC_MAGIC)
         return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected", who);
-    if (!memcmp(mine, theirs, DESC_LEN)) return RING_OK;
+    /* Hints say how a rank moves its bytes, which its neighbours need not share. */
+    unsigned char m[DESC_LEN], t[DESC_LEN];
+    memcpy(m, mine, DESC_LEN);
+    memcpy(t, theirs, DESC_LEN);
+    ring__put32(m + 36, ring__get32(m + 36) & ~(uint32_t)RING__DESC_HINTS);
+    ring__put32(t + 36, ring__get32(t + 36) & ~(uint32_t)RING__DESC_HINTS);
+    if (!memcmp(m, t, DESC_LEN)) return RING_OK;
     char a[160], b[160];
-    desc_str(mine, a, sizeof a);
-    desc_str(theirs, b, sizeof b);
+    desc_str(m, a, sizeof a);
+    desc_str(t, b, sizeof b);
     return ring__seterr(comm, RING_ERR_MISMATCH,
                         "collective mismatch: this rank (%d) called %s but its %s %s called %s", comm->rank, a,
                         relation, who, b);

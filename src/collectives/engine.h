@@ -75,6 +75,13 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
 /* Or-ed into a descriptor's algorithm: the ring call of a rank with RING_CUDA_IPC=1 and device
  * buffers, whose link messages (src/cuda/ipc.c) follow the descriptor. */
 #define RING__ALGO_CUDA_IPC 0x100
+/* A hint, not compared by check(): this rank sends the call's messages from registered device
+ * memory by the read-in-place path (GPUDirect RDMA, src/cuda/gdr.c), so its right neighbour
+ * may receive them straight into device memory. */
+#define RING__DESC_GDR 0x200
+#define RING__DESC_HINTS RING__DESC_GDR
+/* The hint bits of a descriptor. */
+uint32_t ring__desc_hints(const unsigned char *desc);
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);

@@ -30,6 +30,7 @@
 #include "transport.h"
 #if RING_HAVE_CUDA
 #include "cuda/coll.h"
+#include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #endif
 #include "watch.h"
@@ -554,6 +555,7 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     release_network(comm); /* drops the verbs registrations with their device */
 #if RING_HAVE_CUDA
     ring__cuda_free_dead(comm); /* nothing can write into them any more */
+    ring__cuda_gdr_fini(comm); /* its registrations went with the verbs context */
 #endif
     while (comm->regs) {
         struct ring_reg *n = comm->regs->next;

@@ -100,6 +100,7 @@ typedef struct ring__params {
     int secret_set;
     char ifname[128];
     int cuda_ipc; /* RING_CUDA_IPC: device collectives between same-host neighbours over CUDA IPC */
+    int ib_gdr;   /* RING_IB_GDR: GPUDirect RDMA for device buffers over verbs; -1 auto, 0 off, 1 required */
 } ring__params_t;
 
 struct ring_comm {
@@ -161,6 +162,9 @@ struct ring_comm {
     /* Device staging sets of failed calls (src/cuda/coll.c): transport requests may still
      * point into them, so they are freed only after the connections are closed. */
     void *cuda_dead;
+    /* GPUDirect RDMA slots (src/cuda/gdr.c), made by the first device collective with a verbs
+     * neighbour; their registrations go with rdma_ctx, the memory with ring_comm_destroy. */
+    void *cuda_gdr;
     struct ring_reg *regs; /* ring_comm_register handles not yet deregistered (guarded by mu) */
     /* Topology (src/topo): the process's view of the machine (NULL if unreadable) and this
      * communicator's placement (NULL with one rank): NIC, NUMA node of buffers, progress

@@ -232,6 +232,14 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     v = 0;
     RING_CHECK(env_int("RING_CUDA_IPC", 0, 1, &v));
     p->cuda_ipc = (int)v;
+    const char *gdr = getenv("RING_IB_GDR");
+    p->ib_gdr = -1;
+    if (gdr && *gdr) {
+        if (!strcmp(gdr, "0")) p->ib_gdr = 0;
+        else if (!strcmp(gdr, "1")) p->ib_gdr = 1;
+        else if (strcmp(gdr, "auto") != 0)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_IB_GDR=\"%s\": expected auto, 0 or 1", gdr);
+    }
     const char *algo = getenv("RING_ALGO");
     p->algo = RING__ALGO_AUTO;
     if (algo && *algo) {

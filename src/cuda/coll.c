@@ -16,6 +16,8 @@
  *  - The ring (everything else): chunk by chunk through `depth` pinned slots per direction,
  *    never a full-size host copy (staged_engine below). Bytes on the wire are the host
  *    algorithm's; each byte sent also crosses PCIe once D2H, each byte received once H2D.
+ *    Over a verbs link with GPUDirect RDMA (gdr.c) the NIC reads and writes GPU memory
+ *    instead, and neither pinned slots nor the CPU touch the bytes.
  *
  * Staging memory (pinned slots, device slots, stream, events) lives in a process-wide pool,
  * one set per call in flight, reused by later calls on the same device: no per-call
@@ -30,12 +32,14 @@
 #include <string.h>
 
 #include "cuda/coll.h"
+#include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
 #include "engine.h"
 #include "log.h"
 #include "p2p.h"
+#include "rdma.h"
 #include "transport.h"
 #include "watch.h"
 
@@ -216,9 +220,9 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 typedef struct dev_state {
     stage_t *S;
     size_t cur;                  /* the receive recv_done is processing */
-    const unsigned char *pinned; /* its bytes: pinned slot, or the sender's slot (CUDA IPC) */
+    const unsigned char *pinned; /* its bytes: pinned slot, the sender's slot (CUDA IPC) or a GPUDirect slot */
     int reduced;                 /* recv_done reduced it (through the hook) */
-    int remote;                  /* it lies in the left neighbour's device memory (CUDA IPC) */
+    int remote;                  /* it is in device memory already (CUDA IPC, GPUDirect RDMA) */
     unsigned char **kept;        /* per receive slot: where a kept (forwarded) sum lives */
     ring_result_t err;
 } dev_state_t;
@@ -227,7 +231,8 @@ typedef struct dev_state {
  * slot, then a kernel. The device slot starts at the output's address modulo 256 (the own
  * input's when the sum stays in the slot to be forwarded), so the kernel's 16-byte vector body
  * applies whenever sendbuf and recvbuf agree. A message that came over CUDA IPC is already on
- * a GPU: the kernel reads it in the sender's slot. */
+ * a GPU: the kernel reads it in the sender's slot; so does one that GPUDirect RDMA read into a
+ * receive slot of this GPU. */
 static void dev_reduce(ring__sched_t *s, void *dst, const void *slot, const void *own, size_t n, int final)
 {
     dev_state_t *d = s->dev;
@@ -284,6 +289,10 @@ static ring_result_t link_step(const ring__transport_t *tp, void **req, int *fla
  * into the right neighbour's slot of the link, published once it finished; receive i reads
  * the left neighbour's slot (the kernel reduces out of it, or a device-to-device copy), and
  * the slot goes back once that work finished. The windows stay the same.
+ * A verbs link with GPUDirect RDMA (gdr.c) keeps the transport but not the host memory: send i
+ * is a device-to-device copy into the GPUDirect send slot, then an isend that the HCA reads
+ * from there; receive i, when the left neighbour's descriptor says it sends that way, is an
+ * irecv that the HCA fills in a GPUDirect receive slot, out of which the kernel reduces.
  * Two streams, so that the copies out (D2H) overlap the copies in and the kernels (PCIe is
  * full duplex): receives' H2D and kernels go into st, sends' copies into so. The host
  * engine's rules become rules about queueing plus events between the streams: a send waits
@@ -315,6 +324,10 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     int sent_link = !ipc_on, got_link = !ipc_on;
     uint64_t txb = 0, rxb = 0;
     int64_t last_check = 0;
+    /* GPUDirect RDMA (gdr.c): 1 where this call's messages go that way; gdr_rx is known once
+     * the left neighbour's descriptor (which says how it sends) arrived. */
+    ring__gdr_t *g = NULL;
+    int gdr_tx = 0, gdr_rx = -1;
     /* sends: staged (D2H queued) >= posted (isend) >= done; receives: posted >= arrived >=
      * processed (H2D and kernel queued) >= released (that GPU work finished). */
     size_t ns_staged = 0, ns_posted = 0, ns_done = 0;
@@ -342,7 +355,18 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     sc->reduce = dev_reduce;
     sc->dev = &d;
 
-    ring__desc_build(mydesc, op, RING__ALGO_RING | (ipc_on ? RING__ALGO_CUDA_IPC : 0));
+#if RING_HAVE_RDMA
+    {
+        const int tx_verbs = stp == &ring__rdma_transport && comm->params.chunk_bytes <= ring__rdma_slot_bytes(sconn);
+        const int rx_verbs = rtp == &ring__rdma_transport && comm->params.chunk_bytes <= ring__rdma_slot_bytes(rconn);
+        if (tx_verbs || rx_verbs) RING_CHECK(ring__gdr_slots(comm, op->device, slot, depth, &g));
+        gdr_tx = g && tx_verbs;
+        if (!g || !rx_verbs) gdr_rx = 0;
+    }
+#else
+    gdr_rx = 0;
+#endif
+    ring__desc_build(mydesc, op, RING__ALGO_RING | (ipc_on ? RING__ALGO_CUDA_IPC : 0) | (gdr_tx ? RING__DESC_GDR : 0));
     if (ipc_on) {
         RING_CHECK(ring__ipc_begin(comm, op->device, &ic));
         txb = ring__ipc_tx_base(comm);
@@ -370,7 +394,9 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             busy |= ic.tx >= 0;
         }
 
-        /* Receives into free pinned slots (over CUDA IPC: the sender's slots, nothing to post). */
+        if (got_desc && gdr_rx < 0) gdr_rx = (ring__desc_hints(theirdesc) & RING__DESC_GDR) != 0;
+        /* Receives into free pinned slots (over CUDA IPC: the sender's slots, nothing to post;
+         * by GPUDirect RDMA: the GPUDirect receive slots). */
         while (got_link && got_desc && nr_posted < nrecv && nr_posted - nr_released < D) {
             if (ic.rx == 1) {
                 nr_posted++;
@@ -381,7 +407,9 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             size_t len = 0, guard = RING__NONE;
             int keep = 0;
             sc->recv_msg(sc, nr_posted, &buf, &len, &guard, &keep);
-            RING_CHECK(rtp->irecv(rconn, S->hrecv + (nr_posted % D) * S->slot, len, NULL, &req));
+            if (gdr_rx == 1)
+                RING_CHECK(rtp->irecv(rconn, g->rbuf + (nr_posted % D) * g->slot, len, g->rmh, &req));
+            else RING_CHECK(rtp->irecv(rconn, S->hrecv + (nr_posted % D) * S->slot, len, NULL, &req));
             if (!req) break;
             S->rreq[nr_posted % D] = req;
             nr_posted++;
@@ -410,7 +438,9 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             if (slot_of != RING__NONE) RING_CHECK(ring__cuda_stream_wait_event(comm, S->so, S->rev[slot_of % D]));
             else if (dep != RING__NONE && dep >= nr_released)
                 RING_CHECK(ring__cuda_stream_wait_event(comm, S->so, S->rev[dep % D]));
-            sdst[si] = ic.tx == 1 ? ring__ipc_tx_slot(comm, txb + ns_staged, buf) : S->hsend + si * S->slot;
+            sdst[si] = ic.tx == 1 ? ring__ipc_tx_slot(comm, txb + ns_staged, buf)
+                       : gdr_tx   ? g->sbuf + si * g->slot
+                                  : S->hsend + si * S->slot;
             RING_CHECK(ring__cuda_memcpy_async(comm, sdst[si], buf, len, S->so));
             RING_CHECK(ring__cuda_event_record(comm, S->sev[si], S->so));
             if (slot_of != RING__NONE) {
@@ -437,8 +467,9 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
                 busy = 1;
                 continue;
             }
-            RING_CHECK(stp->isend(sconn, S->hsend + si * S->slot, slen[si], NULL, &req));
+            RING_CHECK(stp->isend(sconn, sdst[si], slen[si], gdr_tx ? g->smh : NULL, &req));
             if (!req) break;
+            if (gdr_tx) g->ntx++;
             S->sreq[si] = req;
             ns_posted++;
             busy = 1;
@@ -482,6 +513,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             RING_CHECK(rtp->test(S->rreq[nr_arrived % D], &done));
             if (!done) break;
             S->rreq[nr_arrived % D] = NULL;
+            if (gdr_rx == 1) g->nrx++;
             nr_arrived++;
             busy = 1;
         }
@@ -498,14 +530,16 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
              * is a safeguard rather than a wait that happens. */
             if (guard != RING__NONE && guard >= ns_posted)
                 RING_CHECK(ring__cuda_stream_wait_event(comm, S->st, S->sev[guard % D]));
-            const unsigned char *pinned = ic.rx == 1 ? rsrc[ri] : S->hrecv + ri * S->slot;
+            const unsigned char *pinned = ic.rx == 1     ? rsrc[ri]
+                                          : gdr_rx == 1 ? g->rbuf + ri * g->slot
+                                                        : S->hrecv + ri * S->slot;
             if (buf) {
                 RING_CHECK(ring__cuda_memcpy_async(comm, buf, pinned, len, S->st));
                 sc->recv_done(sc, nr_proc, NULL);
             } else {
                 d.cur = nr_proc;
                 d.pinned = pinned;
-                d.remote = ic.rx == 1;
+                d.remote = ic.rx == 1 || gdr_rx == 1;
                 d.reduced = 0;
                 sc->recv_done(sc, nr_proc, (void *)pinned);
                 if (d.err) {

@@ -130,6 +130,14 @@ ring_result_t ring__cuda_ipc_open(ring_comm_t *comm, const unsigned char *handle
 void ring__cuda_ipc_close(void *p, size_t bytes); /* NULL is a no-op */
 
 /*
+ * A dma-buf file descriptor for device memory [p, p + bytes) (cuMemGetHandleForAddressRange),
+ * for GPUDirect RDMA's ibv_reg_dmabuf_mr; p and bytes aligned to the host page size. The
+ * caller closes it. RING_ERR_UNSUPPORTED with the reason where the GPU, driver or kernel cannot
+ * export one, and always on the emulated GPU.
+ */
+ring_result_t ring__cuda_dmabuf_fd(ring_comm_t *comm, void *p, size_t bytes, int *fd);
+
+/*
  * Tests only: emulate the GPU on the CPU, process-wide (call before anything else here).
  * "Device" memory is host memory, streams are FIFO queues that run a few operations each time
  * they are touched (so copies and kernels really complete later than they are queued, and

@@ -550,3 +550,30 @@ extern "C" void ring__cuda_ipc_close(void *p, size_t bytes)
     }
     if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
 }
+
+/* ---------- dma-buf export (GPUDirect RDMA, src/cuda/gdr.c) ---------- */
+
+extern "C" ring_result_t ring__cuda_dmabuf_fd(ring_comm_t *comm, void *p, size_t bytes, int *fd)
+{
+    *fd = -1;
+    if (emu_on) return ring__seterr(comm, RING_ERR_UNSUPPORTED, "emulated GPU: no dma-buf export");
+    /* Through the runtime's entry-point query, so that the library never links libcuda itself
+     * (it must load on machines without a driver). cuMemGetHandleForAddressRange is CUDA 11.7. */
+    typedef CUresult (*get_handle_fn)(void *, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        (void)cudaGetLastError();
+        return ring__seterr(comm, RING_ERR_UNSUPPORTED, "the driver has no cuMemGetHandleForAddressRange (older than CUDA 11.7)");
+    }
+    int h = -1;
+    CUresult r = ((get_handle_fn)fn)(&h, (CUdeviceptr)(uintptr_t)p, bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS || h < 0)
+        return ring__seterr(comm, RING_ERR_UNSUPPORTED,
+                            "cuMemGetHandleForAddressRange(dma-buf, %zu bytes) failed with CUresult %d (no dma-buf support "
+                            "in this GPU, driver or kernel)",
+                            bytes, (int)r);
+    *fd = h;
+    return RING_OK;
+}

@@ -21,6 +21,7 @@ ring__mq_req_t *ring__mq_post(ring__mq_t *q, void *conn, void *buf, size_t len, 
     r->done = 0;
     r->zc = !is_send && !buf;
     r->moved = r->direct = 0;
+    r->mh = NULL;
     r->first = 1;
     r->seq = q->seq++;
     r->next = NULL;

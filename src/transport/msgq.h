@@ -24,6 +24,7 @@ typedef struct ring__mq_req {
     int moved;        /* the caller may reuse buf (test() reports done) */
     int first;        /* no piece moved yet (a 0-byte message still takes one) */
     int direct;       /* transport-specific (verbs: the piece went straight into buf) */
+    void *mh;         /* transport-specific (verbs: buf is registered device memory, never touched by the CPU) */
     uint64_t slot;
     struct ring__mq_req *next, *next_free, *next_all;
 } ring__mq_req_t;

@@ -47,6 +47,13 @@
  * posted needs no handshake before the data can move. Registrations are the
  * user's (kept until ring_comm_deregister, documented in ringcomm.h): nothing is cached
  * behind the user's back, so nothing can go stale when memory is freed.
+ *
+ * Device memory (GPUDirect RDMA, src/cuda/gdr.c): the CUDA path registers its own device slots
+ * with ring__rdma_reg_device (dma-buf, else peer memory) and names the registration in isend
+ * and irecv. Such a send always takes the read path above, whatever its size; such a receive
+ * is always read straight into its buffer, and a piece that came in the slot instead is a
+ * protocol error (the CPU cannot copy it there). Their senders announce it in the collective
+ * descriptor, so a receiver only posts into device memory when every message will be read.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -93,11 +100,13 @@ enum { K_DATA = 1, K_CREDIT = 2, K_RECV = 3, K_READ = 4 };
 typedef struct rdma_ctx rdma_ctx;
 typedef ring__mq_req_t rdma_req;
 
-/* A buffer the user registered (ring_comm_register). */
+/* A buffer the user registered (ring_comm_register), or device memory of the CUDA path
+ * (ring__rdma_reg_device: never looked up by address, only named by the engine). */
 typedef struct rdma_reg {
     char *addr;
     size_t len;
     struct ibv_mr *mr;
+    int device;
     struct rdma_reg *next;
 } rdma_reg;
 
@@ -268,6 +277,13 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
             snprintf(why, len, "RING_IB_GID_INDEX=\"%s\" is not a GID index of %s port %d", forced, ctx->dev_name, ctx->port);
             return RING_ERR_INVALID_ARG;
         }
+        static const uint8_t zero[16];
+        if (!memcmp(ctx->gid.raw, zero, sizeof zero)) {
+            /* An unused table entry reads back as zeros; a queue pair given it fails at RTR with
+             * a far less helpful message. */
+            snprintf(why, len, "RING_IB_GID_INDEX=%ld names an empty GID entry of %s port %d", v, ctx->dev_name, ctx->port);
+            return RING_ERR_INVALID_ARG;
+        }
         ctx->gid_index = (int)v;
         snprintf(why, len, "GID index %d (RING_IB_GID_INDEX)", ctx->gid_index);
         return RING_OK;
@@ -383,10 +399,6 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
     }
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "rdma: %s port %d (%s, LID %u, active MTU %s), %s, %d QP(s) per peer",
              ctx->dev_name, ctx->port, ctx->is_ib ? "InfiniBand" : "RoCE", ctx->lid, mtu_str(ctx->mtu), gwhy, ctx->nqp);
-    /* Device buffers never reach this transport: the library stages them through host memory
-     * before any transport sees them, so GPUDirect RDMA (ibv_reg_dmabuf_mr) is not in use. */
-    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
-             "rdma: GPUDirect RDMA not used: every buffer handed to verbs is host memory");
     *ctxp = ctx;
     return RING_OK;
 }
@@ -848,10 +860,17 @@ static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
     return RING_OK;
 }
 
-static ring_result_t rdma_isend(void *c, const void *buf, size_t len, void *mh, void **rp)
+/* mh (ring__rdma_reg_device): buf is device memory the CPU must not read. It goes by the
+ * read-in-place path whatever its size, so it must fit one slot. */
+static ring_result_t rdma_isend(void *vc, const void *buf, size_t len, void *mh, void **rp)
 {
-    (void)mh;
-    return post(c, (void *)buf, len, rp);
+    rdma_conn *c = vc;
+    if (mh && len > c->slot_bytes)
+        return conn_fail(c, RING_ERR_INTERNAL, "send of %zu bytes from registered device memory exceeds the %zu-byte slots",
+                         len, c->slot_bytes);
+    ring_result_t rc = post(c, (void *)buf, len, rp);
+    if (rc == RING_OK && *rp && len) ((rdma_req *)*rp)->mh = mh;
+    return rc;
 }
 
 /* A registered buffer holding [p, p + len), or NULL. */
@@ -861,7 +880,7 @@ static struct ibv_mr *find_reg(rdma_ctx *ctx, const void *p, size_t len)
     const char *b = p;
     pthread_mutex_lock(&ctx->reg_mu);
     for (rdma_reg *r = ctx->regs; r && !mr; r = r->next)
-        if (b >= r->addr && len <= r->len && (size_t)(b - r->addr) <= r->len - len) mr = r->mr;
+        if (!r->device && b >= r->addr && len <= r->len && (size_t)(b - r->addr) <= r->len - len) mr = r->mr;
     pthread_mutex_unlock(&ctx->reg_mu);
     return mr;
 }
@@ -890,6 +909,48 @@ static ring_result_t rdma_reg_mem(void *vctx, void *buf, size_t len, void **mh)
     return RING_OK;
 }
 
+ring_result_t ring__rdma_reg_device(void *vctx, void *buf, size_t len, int dmabuf_fd, void **mh, char *why, size_t whylen)
+{
+    rdma_ctx *ctx = vctx;
+    rdma_reg *r = calloc(1, sizeof *r);
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+    *mh = NULL;
+    if (!r) {
+        snprintf(why, whylen, "out of memory");
+        return RING_ERR_NOMEM;
+    }
+    /* The dma-buf covers exactly [buf, buf + len): offset 0 into it, and the device address as
+     * the I/O virtual address, so that the peer's RDMA READ names device addresses. */
+    r->mr = dmabuf_fd >= 0 ? ibv_reg_dmabuf_mr(ctx->pd, 0, len, (uint64_t)(uintptr_t)buf, dmabuf_fd, access)
+                           : ibv_reg_mr(ctx->pd, buf, len, access);
+    if (!r->mr) {
+        int e = errno;
+        snprintf(why, whylen, "%s of %zu bytes of device memory on %s: %s", dmabuf_fd >= 0 ? "ibv_reg_dmabuf_mr" : "ibv_reg_mr",
+                 len, ctx->dev_name, strerror(e));
+        free(r);
+        return RING_ERR_UNSUPPORTED;
+    }
+    r->addr = buf;
+    r->len = len;
+    r->device = 1;
+    pthread_mutex_lock(&ctx->reg_mu);
+    r->next = ctx->regs;
+    ctx->regs = r;
+    pthread_mutex_unlock(&ctx->reg_mu);
+    *mh = r;
+    return RING_OK;
+}
+
+size_t ring__rdma_slot_bytes(void *conn)
+{
+    return ((rdma_conn *)conn)->slot_bytes;
+}
+
+const char *ring__rdma_dev_name(void *vctx)
+{
+    return ((rdma_ctx *)vctx)->dev_name;
+}
+
 static void rdma_dereg_mem(void *vctx, void *mh)
 {
     rdma_ctx *ctx = vctx;
@@ -903,13 +964,19 @@ static void rdma_dereg_mem(void *vctx, void *mh)
     free(r);
 }
 
+/* mh (ring__rdma_reg_device): buf is device memory; the message must come by the
+ * read-in-place path (the sender's descriptor promised it), which reads it straight there. */
 static ring_result_t rdma_irecv(void *vc, void *buf, size_t len, void *mh, void **rp)
 {
     rdma_conn *c = vc;
-    (void)mh;
     if (!buf && len > c->slot_bytes)
         return conn_fail(c, RING_ERR_INTERNAL, "zero-copy receive of %zu bytes exceeds the %zu-byte slots", len, c->slot_bytes);
-    return post(c, buf, len, rp);
+    if (mh && (!buf || len > c->slot_bytes))
+        return conn_fail(c, RING_ERR_INTERNAL, "receive of %zu bytes into registered device memory: needs a buffer of at most one %zu-byte slot",
+                         len, c->slot_bytes);
+    ring_result_t rc = post(c, buf, len, rp);
+    if (rc == RING_OK && *rp && len) ((rdma_req *)*rp)->mh = mh;
+    return rc;
 }
 
 static const char *status_hint(enum ibv_wc_status s)
@@ -1034,7 +1101,8 @@ static ring_result_t send_progress(rdma_conn *c, int *moved)
         /* A registered buffer is not copied: the slot gets only the header, naming the buffer,
          * and the receiver reads the piece from it when its receive is posted. */
         struct ibv_mr *src = NULL;
-        if (r->first && r->len >= DIRECT_MIN && r->len <= c->slot_bytes) src = find_reg(c->ctx, r->buf, r->len);
+        if (r->first && r->mh) src = ((rdma_reg *)r->mh)->mr;
+        else if (r->first && r->len >= DIRECT_MIN && r->len <= c->slot_bytes) src = find_reg(c->ctx, r->buf, r->len);
         while (r->first || r->done < r->len) {
             uint32_t i = (uint32_t)(c->next % c->nslots);
             int q = (int)(c->next % (uint64_t)c->nqp);
@@ -1107,7 +1175,7 @@ static int read_piece(rdma_conn *c, rdma_req *r, uint32_t i, const unsigned char
         return 1;
     }
     if (c->rstate[i] == 1 || c->sq_out[0] >= c->sq_max) return 0;
-    struct ibv_mr *dst = r->zc ? NULL : find_reg(c->ctx, r->buf, r->len);
+    struct ibv_mr *dst = r->mh ? ((rdma_reg *)r->mh)->mr : r->zc ? NULL : find_reg(c->ctx, r->buf, r->len);
     r->direct = dst != NULL;
     struct ibv_sge sg = {.addr = (uint64_t)(uintptr_t)(dst ? r->buf : (char *)h + HDR),
                          .length = (uint32_t)r->len,
@@ -1147,6 +1215,11 @@ static ring_result_t recv_progress(rdma_conn *c, int *moved)
                 return conn_fail(c, RING_ERR_PROTOCOL, "message %u: %llu bytes to read do not fit a slot", r->seq,
                                  (unsigned long long)mlen);
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
+            if (r->mh && !(flags & HDR_READ))
+                return conn_fail(c, RING_ERR_PROTOCOL,
+                                 "message %u: %zu bytes came in the slot, but the receive is in device memory and the sender "
+                                 "had promised to send from registered memory (GPUDirect RDMA)",
+                                 r->seq, piece);
             if (flags & HDR_READ) {
                 if (!read_piece(c, r, i, h, &rc)) return rc;
                 *moved = 1;

@@ -17,6 +17,22 @@ extern const ring__transport_t ring__rdma_transport;
  * raised once the handshakes in progress are over; RING_OK otherwise. */
 ring_result_t ring__rdma_forced_result(void *rdma_ctx);
 
+/*
+ * GPUDirect RDMA (src/cuda/gdr.c): register device memory [buf, buf + len) with the verbs
+ * device of rdma_ctx, with ibv_reg_dmabuf_mr when dmabuf_fd >= 0 (a dma-buf of exactly that
+ * range, from the GPU driver), else with ibv_reg_mr (which takes device memory where the GPU
+ * driver's peer-memory module is loaded, and host memory that stands in for a GPU in tests).
+ * *mh goes to isend/irecv, which then never touch the bytes with the CPU, and to dereg_mem;
+ * the context drops it at the latest. On failure the reason is in why (nothing on the comm).
+ * Only in builds with the verbs transport (RING_HAVE_RDMA).
+ */
+ring_result_t ring__rdma_reg_device(void *rdma_ctx, void *buf, size_t len, int dmabuf_fd, void **mh, char *why,
+                                    size_t whylen);
+const char *ring__rdma_dev_name(void *rdma_ctx);
+/* The largest message a verbs connection reads in place (its slot size): a send or receive
+ * with a device registration must not be longer. */
+size_t ring__rdma_slot_bytes(void *conn);
+
 /* One GID table entry, as ibv_query_gid_table reports it. */
 enum { RING__GID_IB = 0, RING__GID_ROCE_V1 = 1, RING__GID_ROCE_V2 = 2 };
 typedef struct ring__gid_ent {

@@ -19,9 +19,12 @@
 #      return, and 5 s still fails a transport that only notices through the 30 s timeout.
 #   3. handshake: a rank stalls in the middle of the verbs handshake; the others must fail
 #      init with a timeout that names it and release the half-made connections.
-#   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), and
-#      registered buffers that verbs read in place.
+#   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), registered
+#      buffers that verbs read in place, and RING_IB_GID_INDEX naming an unused GID entry.
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked.
+#   6. gdr: device buffers over verbs on the emulated GPU (cuda_coll_check --emulate): with
+#      GPUDirect RDMA (src/cuda/gdr.c; the emulated GPU's memory registered with ibv_reg_mr),
+#      mixed with host-buffer ranks, and staged (RING_IB_GDR=0); every result checked.
 # A raw-verbs ping-pong over rxe0 runs first, so that a broken bed is not mistaken for a
 # library bug. BUILD_DIR may be a sanitizer build (./test.sh runs build-asan/ too): hand the
 # guest ASAN_OPTIONS etc. (RDMA_VM_PASSENV); a rank with a report exits non-zero, and that
@@ -38,7 +41,7 @@
 #                         e.g. "matrix_n1 float_random_*"                          (none)
 #   RING_VM_STAGE_TIMEOUT seconds per stage before it is killed and fails         (600)
 #   RING_VM_STAGES        only these stages, e.g. "faults handshake" (smoke collectives
-#                         faults handshake mixed qps)                                (all)
+#                         faults handshake mixed qps gdr)                            (all)
 #   RING_TEST_SEED        perturbs every seed (as for meson test)
 # Exit status: 0 every stage passed, 1 a stage failed, 2 usage or a missing build.
 set -euo pipefail
@@ -228,6 +231,14 @@ mixed_and_registered() {
   grep -h "ring ready" "$tmp"/auto.* | sed 's/^.*INIT //'
   grep -q "over rdma" "$tmp"/auto.* && grep -q "over shm" "$tmp"/auto.* ||
     { echo "suite: auto did not put verbs between hosts and shared memory inside them"; return 1; }
+  # RING_IB_GID_INDEX naming an unused table entry: a clear error at init, not queue pairs that
+  # fail at RTR with an address error.
+  if RING_TRANSPORT=rdma RING_IB_GID_INDEX=100 timeout 120 "$rr" -n 2 "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 --no-probe \
+      > "$tmp/gid.log" 2>&1; then
+    echo "suite: RING_IB_GID_INDEX=100 (an unused entry) was accepted"; return 1
+  fi
+  grep -m 1 -o 'RING_IB_GID_INDEX=100[^"]*' "$tmp/gid.log" ||
+    { echo "suite: RING_IB_GID_INDEX=100 failed without naming the variable:"; tail -n 20 "$tmp/gid.log"; return 1; }
   local c
   for c in allgather allreduce; do
     RING_TRANSPORT=$transport RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/reg-$c.%p \
@@ -259,6 +270,33 @@ multi_qp() {
 if [ "$transport" = rdma ] && want qps; then
   stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
     multi_qp
+fi
+
+# Device buffers over verbs (src/cuda/gdr.c). The GPU is emulated (cuda_coll_check --emulate):
+# its "device" memory is host memory, which ibv_reg_mr registers, so everything GPUDirect RDMA
+# does on the wire runs for real: sends from registered device slots by the read-in-place path,
+# receives that the HCA reads straight into device slots, the descriptor hint that tells a
+# receiver it may, and ranks with host buffers mixed in. Only ibv_reg_dmabuf_mr itself needs a
+# GPU and a NIC (rxe has no dma-buf support). Each run checks every result and the counts of
+# messages that went each way (--expect-gdr / --expect-no-gdr).
+# shellcheck disable=SC2317  # called through stage
+gdr() {
+  local cc=$build/perf/cuda/cuda_coll_check rr=$build/tools/ringrun
+  if [ ! -x "$cc" ]; then
+    echo "suite: no $cc (a build without CUDA): nothing to run"
+    return 0
+  fi
+  RING_TRANSPORT=rdma RING_CHUNK_BYTES=64K RING_PIPELINE_DEPTH=3 RING_DEBUG=INFO RING_DEBUG_SUBSYS=COLL \
+    RING_DEBUG_FILE=$tmp/gdr.%p timeout 600 "$rr" -n 3 "$cc" --emulate --quick --expect-gdr || return 1
+  grep -h "GPUDirect RDMA on" "$tmp"/gdr.* | sed 's/^.*COLL //' | head -n 1
+  RING_TRANSPORT=rdma RING_CHUNK_BYTES=64K RING_PIPELINE_DEPTH=2 \
+    timeout 600 "$rr" -n 4 "$cc" --emulate --quick --mixed --expect-gdr || return 1
+  RING_TRANSPORT=rdma RING_IB_GDR=0 RING_CHUNK_BYTES=64K \
+    timeout 600 "$rr" -n 2 "$cc" --emulate --quick --expect-no-gdr || return 1
+}
+if [ "$transport" = rdma ] && want gdr; then
+  stage "device buffers over verbs: GPUDirect RDMA (N = 3), mixed with host ranks (N = 4), staged (N = 2)" \
+    "$stage_timeout" gdr
 fi
 
 echo "suite: ---- summary (transport $transport)"
