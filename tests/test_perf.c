@@ -376,6 +376,22 @@ Test(perf, table_row_without_model, .init = redirect, .timeout = 10)
                             "       0        0.00      -  ring\n");
 }
 
+/* A JSON document of two 8-byte all-reduce rows under m (the rows' `mem`: mem1, then mem2),
+ * captured into buf. */
+static void json_two_rows(const pc_meta_t *m, int wrong, const char *mem1, const char *mem2, char *buf, size_t len)
+{
+    pc_out_t out = {PC_FMT_JSON, 0};
+    pc_row_t r = {.coll = "allreduce", .algo = "ring", .type = "float", .redop = "sum", .nranks = 2, .root = -1,
+                  .bytes = 8, .count = 2, .us = 2, .algbw = 0.004, .busbw = 0.004, .wrong = wrong, .model_us = -1,
+                  .link = m->link, .mem = mem1};
+    pc_json_begin(m);
+    pc_print_row(&out, &r);
+    r.mem = mem2;
+    pc_print_row(&out, &r);
+    pc_json_end(0);
+    captured(buf, len);
+}
+
 Test(perf, json_rows, .init = redirect, .timeout = 10)
 {
     pc_opts_t o;
@@ -385,17 +401,9 @@ Test(perf, json_rows, .init = redirect, .timeout = 10)
     pc_meta_t m = {.program = "ring_perf", .collective = "allreduce", .algos = "ring", .dtype = "float",
                    .op = "sum", .mem = "host", .host = "h", .library = "lib", .nranks = 2, .root = -1,
                    .opts = &o, .link = &l, .argc = 3, .argv = argv};
-    pc_out_t out = {PC_FMT_JSON, 0};
-    pc_row_t r = {.coll = "allreduce", .algo = "ring", .type = "float", .redop = "sum", .nranks = 2, .root = -1,
-                  .bytes = 8, .count = 2, .us = 2, .algbw = 0.004, .busbw = 0.004, .wrong = -1, .model_us = -1,
-                  .link = &l};
-    pc_json_begin(&m);
-    pc_print_row(&out, &r);
-    pc_print_row(&out, &r);
-    pc_json_end(0);
     /* Only the stable parts (the date changes): escaped argv, null for unknowns, separators. */
     char buf[8192];
-    captured(buf, sizeof buf);
+    json_two_rows(&m, -1, NULL, NULL, buf, sizeof buf);
     cr_expect(strstr(buf, "\"command\": [\"ring_perf\", \"--json\", \"quote\\\"d\"]") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"alpha_us\": null") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"link_GBps\": 2.000000, \"link_Gbps\": 16.000000") != NULL, "%s", buf);
@@ -413,17 +421,8 @@ Test(perf, json_mem, .init = redirect, .timeout = 10)
     pc_meta_t m = {.program = "ring_perf", .collective = "allreduce", .algos = "ring", .dtype = "float",
                    .op = "sum", .mem = "both", .gpu = "device 0: GPU \"x\"", .host = "h", .library = "lib",
                    .nranks = 2, .root = -1, .opts = &o, .link = &l, .argc = 3, .argv = argv};
-    pc_out_t out = {PC_FMT_JSON, 0};
-    pc_row_t r = {.coll = "allreduce", .algo = "ring", .type = "float", .redop = "sum", .nranks = 2, .root = -1,
-                  .bytes = 8, .count = 2, .us = 2, .algbw = 0.004, .busbw = 0.004, .wrong = 0, .model_us = -1,
-                  .link = &l, .mem = "host"};
-    pc_json_begin(&m);
-    pc_print_row(&out, &r);
-    r.mem = "cuda";
-    pc_print_row(&out, &r);
-    pc_json_end(0);
     char buf[8192];
-    captured(buf, sizeof buf);
+    json_two_rows(&m, 0, "host", "cuda", buf, sizeof buf);
     cr_expect(strstr(buf, "\"memory\": \"both\", \"gpu\": \"device 0: GPU \\\"x\\\"\"") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"host\"},\n") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"cuda\"}\n  ]") != NULL, "%s", buf);

@@ -47,7 +47,7 @@ void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo)
     ring__put32(b + 24, op->coll == RING__COLL_BARRIER ? 0 : (uint32_t)op->dtype);
     ring__put32(b + 28, red ? (uint32_t)op->op : 0);
     ring__put32(b + 32, op->coll == RING__COLL_BROADCAST ? (uint32_t)op->root : 0);
-    ring__put32(b + 36, (uint32_t)algo);
+    ring__put32(b + 36, (uint32_t)algo); /* last: ring__desc_check masks its hint bits */
 }
 
 static void desc_str(const unsigned char *b, char *out, size_t len)
@@ -75,7 +75,7 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
     }
     n = strlen(out);
     const char *ipc = algo & RING__ALGO_CUDA_IPC ? ", device buffers with RING_CUDA_IPC=1" : "";
-    algo &= ~(uint32_t)RING__ALGO_CUDA_IPC;
+    algo &= ~(uint32_t)(RING__ALGO_CUDA_IPC | RING__DESC_HINTS);
     if (n < len)
         snprintf(out + n, len - n, " [%s%s]",
                  algo == RING__ALGO_RD     ? "recursive doubling"
@@ -86,7 +86,7 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
 
 uint32_t ring__desc_hints(const unsigned char *desc)
 {
-    return ring__get32(desc + 36) & RING__DESC_HINTS;
+    return ring__get32(desc + DESC_LEN - 4) & RING__DESC_HINTS;
 }
 
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
@@ -94,16 +94,14 @@ ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, con
 {
     if (ring__get32(theirs) != DESC_MAGIC)
         return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected", who);
-    /* Hints say how a rank moves its bytes, which its neighbours need not share. */
-    unsigned char m[DESC_LEN], t[DESC_LEN];
-    memcpy(m, mine, DESC_LEN);
-    memcpy(t, theirs, DESC_LEN);
-    ring__put32(m + 36, ring__get32(m + 36) & ~(uint32_t)RING__DESC_HINTS);
-    ring__put32(t + 36, ring__get32(t + 36) & ~(uint32_t)RING__DESC_HINTS);
-    if (!memcmp(m, t, DESC_LEN)) return RING_OK;
+    /* Hints (in the last word, the algorithm) say how a rank moves its bytes, which its
+     * neighbours need not share. */
+    if (!memcmp(mine, theirs, DESC_LEN - 4) &&
+        !((ring__get32(mine + DESC_LEN - 4) ^ ring__get32(theirs + DESC_LEN - 4)) & ~(uint32_t)RING__DESC_HINTS))
+        return RING_OK;
     char a[160], b[160];
-    desc_str(m, a, sizeof a);
-    desc_str(t, b, sizeof b);
+    desc_str(mine, a, sizeof a);
+    desc_str(theirs, b, sizeof b);
     return ring__seterr(comm, RING_ERR_MISMATCH,
                         "collective mismatch: this rank (%d) called %s but its %s %s called %s", comm->rank, a,
                         relation, who, b);

@@ -37,11 +37,11 @@
 
 #define GDR_ALIGN ((size_t)2 << 20) /* dma-buf export wants page-aligned ranges; cudaMalloc aligns 2 MiB ones */
 
-/* The comm's state: made once, off for good after a failure (logged then). */
+/* The comm's state: made once (chunk and depth are fixed per communicator, so the slots
+ * always fit), off for good after a failure (logged then). */
 typedef struct gdr_state {
     ring__gdr_t g;
     int on; /* 1 set up, -1 not available */
-    size_t bytes; /* per direction, allocated */
 } gdr_state;
 
 #if RING_HAVE_RDMA
@@ -81,15 +81,11 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
                    ? ring__seterr(comm, RING_ERR_UNSUPPORTED, "RING_IB_GDR=1, but GPUDirect RDMA is not available (see the log)")
                    : RING_OK;
     if (s && s->on > 0) {
-        if (s->g.device != device) {
+        if (s->g.device == device) *out = &s->g;
+        else
             RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank,
                      "GPUDirect RDMA is set up on device %d: this call on device %d is staged through host memory", s->g.device, device);
-            return RING_OK;
-        }
-        if (s->g.slot >= slot && s->bytes >= slot * (size_t)depth) {
-            *out = &s->g;
-            return RING_OK;
-        }
+        return RING_OK;
     }
 #if RING_HAVE_RDMA
     char why[512] = "";
@@ -98,12 +94,6 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
     if (!s) {
         if (!(s = calloc(1, sizeof *s))) return ring__seterr(comm, RING_ERR_NOMEM, "GPUDirect RDMA: out of memory");
         comm->cuda_gdr = s;
-    }
-    /* Chunk and depth are fixed per communicator, so this runs once; a larger need would
-     * only arise from a change there, and then the old slots are simply kept until destroy. */
-    if (s->on > 0) {
-        RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "GPUDirect RDMA slots too small for this call: staged");
-        return RING_OK;
     }
     ring_result_t rc = ring__cuda_dev_alloc(NULL, bytes, (void **)&s->g.sbuf);
     if (rc == RING_OK) rc = ring__cuda_dev_alloc(NULL, bytes, (void **)&s->g.rbuf);
@@ -128,7 +118,6 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
         return RING_OK;
     }
     s->on = 1;
-    s->bytes = bytes;
     s->g.device = device;
     s->g.slot = slot;
     RING_LOG(RING_LOG_INFO, RING_SUB_COLL, comm->rank,

@@ -885,60 +885,58 @@ static struct ibv_mr *find_reg(rdma_ctx *ctx, const void *p, size_t len)
     return mr;
 }
 
-static ring_result_t rdma_reg_mem(void *vctx, void *buf, size_t len, void **mh)
+/* Register [buf, buf + len) (dma-buf fd >= 0: that dma-buf's bytes) and list it. NULL on
+ * failure: *nomem if our own allocation failed, else errno is the registration's. */
+static rdma_reg *reg_add(rdma_ctx *ctx, void *buf, size_t len, int dmabuf_fd, int device, int *nomem)
 {
-    rdma_ctx *ctx = vctx;
-    rdma_reg *r = calloc(1, sizeof *r);
-    *mh = NULL;
-    if (!r) return ring__seterr(ctx->comm, RING_ERR_NOMEM, "rdma: out of memory");
-    r->mr = ibv_reg_mr(ctx->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-    if (!r->mr) {
-        int e = errno;
-        free(r);
-        return ring__seterr_errno(ctx->comm, RING_ERR_SYSTEM, e,
-                                  "rdma: registering %zu bytes at %p with %s failed (locked-memory limit, ulimit -l?)", len, buf,
-                                  ctx->dev_name);
-    }
-    r->addr = buf;
-    r->len = len;
-    pthread_mutex_lock(&ctx->reg_mu);
-    r->next = ctx->regs;
-    ctx->regs = r;
-    pthread_mutex_unlock(&ctx->reg_mu);
-    *mh = r;
-    return RING_OK;
-}
-
-ring_result_t ring__rdma_reg_device(void *vctx, void *buf, size_t len, int dmabuf_fd, void **mh, char *why, size_t whylen)
-{
-    rdma_ctx *ctx = vctx;
-    rdma_reg *r = calloc(1, sizeof *r);
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
-    *mh = NULL;
-    if (!r) {
-        snprintf(why, whylen, "out of memory");
-        return RING_ERR_NOMEM;
-    }
+    rdma_reg *r = calloc(1, sizeof *r);
+    *nomem = !r;
+    if (!r) return NULL;
     /* The dma-buf covers exactly [buf, buf + len): offset 0 into it, and the device address as
      * the I/O virtual address, so that the peer's RDMA READ names device addresses. */
     r->mr = dmabuf_fd >= 0 ? ibv_reg_dmabuf_mr(ctx->pd, 0, len, (uint64_t)(uintptr_t)buf, dmabuf_fd, access)
                            : ibv_reg_mr(ctx->pd, buf, len, access);
     if (!r->mr) {
         int e = errno;
-        snprintf(why, whylen, "%s of %zu bytes of device memory on %s: %s", dmabuf_fd >= 0 ? "ibv_reg_dmabuf_mr" : "ibv_reg_mr",
-                 len, ctx->dev_name, strerror(e));
         free(r);
-        return RING_ERR_UNSUPPORTED;
+        errno = e;
+        return NULL;
     }
     r->addr = buf;
     r->len = len;
-    r->device = 1;
+    r->device = device;
     pthread_mutex_lock(&ctx->reg_mu);
     r->next = ctx->regs;
     ctx->regs = r;
     pthread_mutex_unlock(&ctx->reg_mu);
-    *mh = r;
+    return r;
+}
+
+static ring_result_t rdma_reg_mem(void *vctx, void *buf, size_t len, void **mh)
+{
+    rdma_ctx *ctx = vctx;
+    int nomem = 0;
+    if (!(*mh = reg_add(ctx, buf, len, -1, 0, &nomem)))
+        return nomem ? ring__seterr(ctx->comm, RING_ERR_NOMEM, "rdma: out of memory")
+                               : ring__seterr_errno(ctx->comm, RING_ERR_SYSTEM, errno,
+                                                    "rdma: registering %zu bytes at %p with %s failed (locked-memory limit, ulimit -l?)",
+                                                    len, buf, ctx->dev_name);
     return RING_OK;
+}
+
+ring_result_t ring__rdma_reg_device(void *vctx, void *buf, size_t len, int dmabuf_fd, void **mh, char *why, size_t whylen)
+{
+    rdma_ctx *ctx = vctx;
+    int nomem = 0;
+    if ((*mh = reg_add(ctx, buf, len, dmabuf_fd, 1, &nomem))) return RING_OK;
+    if (nomem) {
+        snprintf(why, whylen, "out of memory");
+        return RING_ERR_NOMEM;
+    }
+    snprintf(why, whylen, "%s of %zu bytes of device memory on %s: %s", dmabuf_fd >= 0 ? "ibv_reg_dmabuf_mr" : "ibv_reg_mr", len,
+             ctx->dev_name, strerror(errno));
+    return RING_ERR_UNSUPPORTED;
 }
 
 size_t ring__rdma_slot_bytes(void *conn)
