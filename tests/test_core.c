@@ -21,10 +21,10 @@
 
 /* ---- partition ------------------------------------------------------------------------ */
 
-static void check_layout(size_t count, int nseg, int balanced, size_t chunk, int lanes)
+static void check_layout(size_t count, int nseg, int balanced, size_t chunk, int lanes, int split)
 {
     ring__layout_t l;
-    ring__layout_init(&l, count, nseg, balanced, chunk, lanes);
+    ring__layout_init(&l, count, nseg, balanced, chunk, lanes, split);
     size_t total = 0;
     for (int s = 0; s < nseg; s++) {
         size_t len = ring__layout_seg_len(&l, s);
@@ -72,27 +72,54 @@ Test(partition, tiles_every_segment_exactly)
             for (size_t b = 0; b < sizeof chunks / sizeof *chunks; b++)
                 for (int lanes = 1; lanes <= 4; lanes++) {
                     if (counts[a] / chunks[b] > 200000) continue; /* keep the test fast */
-                    check_layout(counts[a], n, 1, chunks[b], lanes);
-                    check_layout(counts[a] / 3, n, 0, chunks[b], lanes);
+                    for (int split = 0; split < 2; split++) {
+                        check_layout(counts[a], n, 1, chunks[b], lanes, split);
+                        check_layout(counts[a] / 3, n, 0, chunks[b], lanes, split);
+                    }
                 }
 }
 
 Test(partition, small_buffers_use_one_message_per_step)
 {
     ring__layout_t l;
-    ring__layout_init(&l, 100, 4, 1, 1000, 3);
-    cr_assert_eq(l.nrounds, 1);
+    for (int split = 0; split < 2; split++) {
+        ring__layout_init(&l, 100, 4, 1, 1000, 3, split);
+        cr_assert_eq(l.nrounds, 1);
+        cr_assert_eq(ring__layout_round_lanes(&l, 0), 1);
+        cr_assert_eq(ring__layout_nmsgs(&l, 6), 6);
+        ring__layout_init(&l, 0, 4, 1, 1000, 3, split);
+        cr_assert_eq(ring__layout_nmsgs(&l, 6), 0);
+    }
+}
+
+Test(partition, split_cuts_a_short_round_into_lanes)
+{
+    /* Segments of one chunk: one message per step unsplit, L pieces of E/L split. */
+    ring__layout_t l;
+    size_t off, n;
+    ring__layout_init(&l, 4000, 4, 1, 1000, 3, 0);
     cr_assert_eq(ring__layout_round_lanes(&l, 0), 1);
-    cr_assert_eq(ring__layout_nmsgs(&l, 6), 6);
-    ring__layout_init(&l, 0, 4, 1, 1000, 3);
-    cr_assert_eq(ring__layout_nmsgs(&l, 6), 0);
+    ring__layout_init(&l, 4000, 4, 1, 1000, 3, 1);
+    cr_assert_eq(ring__layout_round_lanes(&l, 0), 3);
+    ring__layout_chunk(&l, 0, 1, 0, &off, &n);
+    cr_assert(off == 1000 && n == 334, "off %zu n %zu", off, n);
+    ring__layout_chunk(&l, 0, 1, 2, &off, &n);
+    cr_assert(off == 1667 && n == 333, "off %zu n %zu", off, n);
+    /* Only as many pieces as E/L-sized ones fill: 400 elements make 2. */
+    ring__layout_init(&l, 1600, 4, 1, 1000, 3, 1);
+    cr_assert_eq(ring__layout_round_lanes(&l, 0), 2);
+    /* Full rounds are unchanged: 3 chunks of E, then a short round of 1 piece. */
+    ring__layout_init(&l, 4 * 3300, 4, 1, 1000, 3, 1);
+    cr_assert_eq(l.nrounds, 2);
+    cr_assert_eq(ring__layout_round_lanes(&l, 0), 3);
+    cr_assert_eq(ring__layout_round_lanes(&l, 1), 1);
 }
 
 Test(partition, large_counts_do_not_overflow)
 {
     ring__layout_t l;
     size_t count = ((size_t)1 << 31) + 3;
-    ring__layout_init(&l, count, 2, 1, 512 * 1024, 3);
+    ring__layout_init(&l, count, 2, 1, 512 * 1024, 3, 1);
     size_t off, n;
     ring__layout_chunk(&l, l.nrounds - 1, 1, ring__layout_round_lanes(&l, l.nrounds - 1) - 1, &off, &n);
     cr_assert_eq(off + n, count);

@@ -1601,7 +1601,13 @@ static void tree_mismatch(int n, int root_all, int root_odd, int odd)
         cr_log_info("tree mismatch (%d ranks, rank %d names root %d, the others %d): rank %d: %s after %.1f ms: %s", n,
                     odd, root_odd, root_all, r, k[r].rc != RING_OK ? "broadcast" : "barrier", ms, e->msg);
         cr_assert_eq(e->rc, RING_ERR_MISMATCH, "rank %d got %s: %s", r, ring_result_name(e->rc), e->msg);
-        cr_assert(strstr(e->msg, na) && strstr(e->msg, nb), "rank %d does not show both calls: %s", r, e->msg);
+        /* Both broadcasts, or, where this rank's broadcast finished (a root waits for nobody)
+         * and its barrier met the other tree's broadcast first, that broadcast against the
+         * barrier: which of the two reaches a rank first is a race. */
+        const char *other = k[r].root == root_all ? nb : na;
+        int both = strstr(e->msg, na) && strstr(e->msg, nb);
+        int barrier = k[r].rc == RING_OK && strstr(e->msg, "barrier") && strstr(e->msg, other);
+        cr_assert(both || barrier, "rank %d does not show both calls: %s", r, e->msg);
         cr_assert(ms < 10000, "rank %d took %.0f ms (the timeout is 60 s)", r, ms);
     }
     group_destroy(c, n);

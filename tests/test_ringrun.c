@@ -387,6 +387,12 @@ static void check_env_n4(run_t *r, char secret_out[64])
     cr_assert_eq(strncmp(root0, "127.0.0.1:", 10), 0, "RING_ROOT=%s", root0);
     int port = atoi(root0 + 10);
     cr_assert(port > 0 && port < 65536, "RING_ROOT=%s", root0);
+    /* Below the ephemeral range, where no outgoing connection can take it before rank 0 binds. */
+    int eph_lo = 0, eph_hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f && fscanf(f, "%d %d", &eph_lo, &eph_hi) == 2 && eph_lo > 11000)
+        cr_assert(port >= 10000 && port < eph_lo, "RING_ROOT=%s is not in 10000-%d", root0, eph_lo - 1);
+    if (f) fclose(f);
     free(lines);
 }
 

@@ -370,8 +370,37 @@ static void make_secret(char out[33])
     for (size_t i = 0; i < sizeof raw; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
-/* The port is free only until someone else takes it; rank 0 binds it moments later, which is the
- * same race every launcher that picks ports this way accepts. */
+/* Binds a TCP socket of the family of ai to `port` (0: the kernel picks) and returns the port
+ * bound, or -1 with *err set. */
+static int try_port(const struct addrinfo *ai, int port, int *err)
+{
+    struct sockaddr_storage ss;
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+    else if (ss.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+    else return -1;
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    socklen_t sl = (socklen_t)ai->ai_addrlen;
+    int got = -1;
+    if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        got = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    else *err = errno;
+    close(fd);
+    return got;
+}
+
+/* A port that is free now, below the kernel's ephemeral range where it can: a port from that
+ * range can be handed to some outgoing connection (the ranks' own, connecting to the root)
+ * between this check and rank 0's bind. A port outside it can still be taken by another
+ * program meanwhile, the race every launcher that picks ports accepts; rank 0 then fails
+ * with "cannot bind" and the port, and --port chooses another. */
 static int pick_port(const char *host)
 {
     struct addrinfo hints, *res, *ai;
@@ -381,25 +410,20 @@ static int pick_port(const char *host)
     hints.ai_flags = AI_NUMERICSERV;
     int rc = getaddrinfo(host, "0", &hints, &res);
     if (rc != 0) die("cannot resolve --host %s: %s", host, gai_strerror(rc));
-    int port = -1, err = 0;
-    for (ai = res; ai && port < 0; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-            if (ss.ss_family == AF_INET)
-                port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            else if (ss.ss_family == AF_INET6)
-                port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        } else {
-            err = errno;
-        }
-        close(fd);
+    int eph_lo = 32768, eph_hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &eph_lo, &eph_hi) != 2) eph_lo = 32768;
+        fclose(f);
     }
+    const int lo = 10000, hi = eph_lo - 1; /* above the usual service ports */
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    int port = -1, err = 0;
+    for (int tries = 0; hi - lo >= 1000 && tries < 64 && port < 0; tries++) {
+        int p = lo + (int)(rand_r(&seed) % (unsigned)(hi - lo + 1));
+        for (ai = res; ai && port < 0; ai = ai->ai_next) port = try_port(ai, p, &err);
+    }
+    for (ai = res; ai && port < 0; ai = ai->ai_next) port = try_port(ai, 0, &err);
     freeaddrinfo(res);
     if (port <= 0) die("cannot pick a free port on %s: %s (pass --port)", host, strerror(err ? err : EADDRNOTAVAIL));
     return port;

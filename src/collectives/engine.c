@@ -116,7 +116,8 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
     size_t e = comm->params.chunk_bytes / s->esize;
     /* One lane fewer than slots: see partition.h for why this keeps forwarding deadlock-free. */
     int lanes = single_lane || comm->params.pipeline_depth < 2 ? 1 : comm->params.pipeline_depth - 1;
-    ring__layout_init(&s->layout, op->count, nseg, balanced, e ? e : 1, lanes);
+    /* Every rank must cut the same way, so the choice rests on all_shm, which all ranks share. */
+    ring__layout_init(&s->layout, op->count, nseg, balanced, e ? e : 1, lanes, !comm->all_shm);
     s->nsteps = nsteps;
     s->nsend = s->nrecv = ring__layout_nmsgs(&s->layout, nsteps);
     s->send_msg = NULL;

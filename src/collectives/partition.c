@@ -1,13 +1,15 @@
 /* Partition arithmetic; see partition.h for the layout it describes. */
 #include "partition.h"
 
-void ring__layout_init(ring__layout_t *l, size_t count, int nseg, int balanced, size_t chunk, int lanes)
+void ring__layout_init(ring__layout_t *l, size_t count, int nseg, int balanced, size_t chunk, int lanes, int split)
 {
     l->nseg = nseg;
     l->seg_base = balanced ? count / (size_t)nseg : count;
     l->seg_extra = balanced ? count % (size_t)nseg : 0;
     l->chunk = chunk ? chunk : 1;
     l->lanes = lanes > 0 ? lanes : 1;
+    l->piece = split ? l->chunk / (size_t)l->lanes : l->chunk;
+    if (!l->piece) l->piece = 1;
     size_t maxlen = l->seg_base + (l->seg_extra ? 1 : 0);
     size_t per_round = l->chunk * (size_t)l->lanes;
     l->nrounds = maxlen / per_round + (maxlen % per_round != 0);
@@ -27,7 +29,8 @@ int ring__layout_round_lanes(const ring__layout_t *l, size_t j)
     size_t per_round = l->chunk * (size_t)l->lanes;
     size_t rem = maxlen - j * per_round;
     if (rem >= per_round) return l->lanes;
-    size_t lanes = rem / l->chunk + (rem % l->chunk != 0);
+    size_t lanes = rem / l->piece + (rem % l->piece != 0);
+    if (lanes > (size_t)l->lanes) lanes = (size_t)l->lanes;
     return lanes ? (int)lanes : 1;
 }
 
