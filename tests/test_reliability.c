@@ -148,6 +148,8 @@ typedef struct init_arg {
     char root[64];
     int timeout_ms;     /* 0: default */
     const char *secret; /* NULL: SECRET */
+    size_t chunk_bytes; /* 0: default */
+    int depth;          /* 0: default */
     ring_comm_t *comm;
     ring_result_t rc;
     char msg[RING__ERRMSG_MAX];
@@ -161,6 +163,8 @@ static void *init_main(void *p)
     ring_config_init(&cfg);
     if (a->timeout_ms) cfg.timeout_ms = a->timeout_ms;
     cfg.secret = a->secret ? a->secret : SECRET;
+    if (a->chunk_bytes) cfg.chunk_bytes = a->chunk_bytes;
+    if (a->depth) cfg.pipeline_depth = a->depth;
     a->rc = ring_comm_init_config(&a->comm, a->n, a->rank, a->root, &cfg);
     /* The failure text of init is thread-local (or on the shell communicator). */
     snprintf(a->msg, sizeof a->msg, "%s", a->rc == RING_OK ? "" : ring_comm_last_error(a->comm ? a->comm : NULL));
@@ -1611,6 +1615,45 @@ static void tree_mismatch(int n, int root_all, int root_odd, int odd)
         cr_assert(ms < 10000, "rank %d took %.0f ms (the timeout is 60 s)", r, ms);
     }
     group_destroy(c, n);
+}
+
+/* The pipeline depth (chunks per round) and the chunk size decide the order and lengths of the
+ * ring's messages. With a different depth alone the lengths agree and only the order differs,
+ * which no per-call check sees (before init checked it, 4 MiB all-reduces came back wrong):
+ * every rank must refuse at init, naming the other rank and its own values. */
+Test(mismatch, chunk_size_or_depth_that_differ_fail_init_on_every_rank, .timeout = 120)
+{
+    clear_env();
+    const struct {
+        size_t chunk;
+        int depth;
+    } odd[] = {{0, 2}, {256 * 1024, 0}, {1003, 4}};
+    for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+        const int n = 3, bad = 1 + (int)(i % 2);
+        init_arg a[MAXR];
+        int port = free_port();
+        for (int r = 0; r < n; r++) {
+            a[r] = (init_arg){.n = n, .rank = r, .timeout_ms = 20000, .secret = NULL};
+            if (r == bad) {
+                a[r].chunk_bytes = odd[i].chunk;
+                a[r].depth = odd[i].depth;
+            }
+            snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+            cr_assert_eq(pthread_create(&a[r].t, NULL, init_main, &a[r]), 0);
+        }
+        for (int r = 0; r < n; r++) pthread_join(a[r].t, NULL);
+        for (int r = 0; r < n; r++) {
+            cr_log_info("layout mismatch %zu: rank %d: %s", i, r, a[r].msg);
+            cr_assert_eq(a[r].rc, RING_ERR_INVALID_ARG, "case %zu rank %d: %s: %s", i, r, ring_result_name(a[r].rc),
+                         a[r].msg);
+            char who[32];
+            snprintf(who, sizeof who, "rank %d ", r == bad ? 0 : bad);
+            cr_assert(strstr(a[r].msg, who) && strstr(a[r].msg, "RING_PIPELINE_DEPTH"),
+                      "case %zu rank %d does not name rank %d and the parameters: %s", i, r, r == bad ? 0 : bad,
+                      a[r].msg);
+            if (a[r].comm) ring_comm_destroy(a[r].comm);
+        }
+    }
 }
 
 Test(mismatch, tree_broadcast_with_a_different_root, .timeout = 120)

@@ -5,7 +5,7 @@
  *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
  *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 280 bytes:
  *     magic "RGBS" | version | 128-bit secret | nranks | rank | addr len | addr[128] |
- *     host[64] | boot id[40] | pid | flags | reserved.
+ *     host[64] | boot id[40] | pid | flags | layout key (chunk size and pipeline depth).
  *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
  *     duplicate rank gets a REJECT frame (24-byte header + 160-byte reason) and is closed. No
@@ -13,9 +13,10 @@
  *     the oldest dropped first.
  *  4. When all ranks joined, rank 0 sends each one TABLE: 24-byte header (magic "RGBT", type,
  *     nranks, code, 64-bit job nonce) + nranks x 248-byte entries (addr len, addr, host, boot
- *     id, pid, flags, reserved). Total root traffic: (N-1) x (280 + 24 + 248 N) bytes.
+ *     id, pid, flags, layout key). Total root traffic: (N-1) x (280 + 24 + 248 N) bytes.
  *     Host name and boot id tell which ranks share a host (shared memory, ring order); flags
- *     say whether a rank takes shared-memory connections.
+ *     say whether a rank takes shared-memory connections; every rank checks that all layout
+ *     keys equal its own (comm.c).
  */
 #include <errno.h>
 #include <poll.h>
@@ -31,7 +32,7 @@
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
-#define BS_VERSION 2u
+#define BS_VERSION 3u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64
@@ -58,7 +59,7 @@ static void put_info(unsigned char *p, const ring__peer_info_t *info)
     memcpy(p + 196, info->bootid, RING__BOOTID_MAX);
     ring__put32(p + 236, info->pid);
     ring__put32(p + 240, info->flags);
-    ring__put32(p + 244, 0);
+    ring__put32(p + 244, info->layout);
 }
 
 /* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
@@ -74,7 +75,7 @@ int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info)
     info->bootid[RING__BOOTID_MAX - 1] = '\0';
     info->pid = ring__get32(p + 236);
     info->flags = ring__get32(p + 240);
-    if (ring__get32(p + 244) != 0) return -1; /* reserved: a newer peer that needs it bumps the version */
+    info->layout = ring__get32(p + 244);
     return 0;
 }
 

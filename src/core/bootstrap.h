@@ -17,7 +17,19 @@ typedef struct ring__peer_info {
     char bootid[RING__BOOTID_MAX];
     uint32_t pid;
     uint32_t flags; /* RING__PEER_* */
+    uint32_t layout; /* ring__layout_key(RING_CHUNK_BYTES, RING_PIPELINE_DEPTH): the same on every rank */
 } ring__peer_info_t;
+
+/* A fingerprint of the parameters that decide how ring collectives cut buffers into messages
+ * (chunk size and chunks per round). Ranks that differ there would exchange messages of the
+ * same lengths in a different order, which no length check catches. */
+static inline uint32_t ring__layout_key(size_t chunk_bytes, int depth)
+{
+    uint64_t h = 1469598103934665603ull;
+    h = (h ^ (uint64_t)chunk_bytes) * 1099511628211ull;
+    h = (h ^ (uint64_t)(uint32_t)depth) * 1099511628211ull;
+    return (uint32_t)(h ^ (h >> 32)) | 1u; /* never 0 */
+}
 
 /* This rank takes shared memory from same-host peers (RING_TRANSPORT is not tcp). */
 #define RING__PEER_SHM 1u

@@ -389,7 +389,19 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         rc = ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
         goto fail;
     }
+    mine.layout = ring__layout_key(comm->params.chunk_bytes, comm->params.pipeline_depth);
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
+    /* Every rank sees the whole table, so every rank fails here, before any collective could
+     * pair messages that were cut differently. */
+    for (int r = 0; r < n; r++)
+        if (comm->peers[r].layout != mine.layout) {
+            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                              "rank %d (%s, pid %u) runs with a different RING_CHUNK_BYTES or RING_PIPELINE_DEPTH "
+                              "than this rank (%zu bytes, depth %d): ring collectives need the same on every rank",
+                              r, comm->peers[r].host, comm->peers[r].pid, comm->params.chunk_bytes,
+                              comm->params.pipeline_depth);
+            goto fail;
+        }
 
     /* Ranks of one host side by side: the ring crosses the network once per host. */
     comm->order = malloc((size_t)n * sizeof *comm->order);

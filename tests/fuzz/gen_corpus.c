@@ -196,8 +196,8 @@ static void gen_table(void)
     x.flags = RING__PEER_SHM;
     entry_of(t + E, &x);
     table_seed("shm_flag", t, 2 * E, 1);
-    ring__put32(t + E + E - 4, 1); /* the reserved word */
-    table_seed("reserved_set", t, 2 * E, 0);
+    ring__put32(t + E + E - 4, 0x9e3779b9u); /* a layout key: data, not malformed */
+    table_seed("layout_set", t, 2 * E, 1);
 }
 
 /* ---- tcp: handshake and message header ---------------------------------------------------- */
