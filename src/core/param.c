@@ -147,6 +147,21 @@ static ring_result_t env_int(const char *name, long long lo, long long hi, long 
     return RING_OK;
 }
 
+/* A keyword variable: unset or empty leaves *v; one of names[i] sets values[i]; anything else
+ * is RING_ERR_INVALID_ARG, saying what was `expected`. */
+static ring_result_t env_choice(const char *name, const char *const *names, const int *values, int n,
+                                const char *expected, int *v)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return RING_OK;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *v = values[i];
+            return RING_OK;
+        }
+    return ring__seterr(NULL, RING_ERR_INVALID_ARG, "%s=\"%s\": expected %s", name, s, expected);
+}
+
 static ring_result_t env_size(const char *name, size_t lo, size_t hi, size_t *v)
 {
     const char *s = getenv(name);
@@ -193,14 +208,11 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     RING_CHECK(env_size("RING_RH_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->rh_max_bytes));
     p->rh_max_set = getenv("RING_RH_MAX_BYTES") && *getenv("RING_RH_MAX_BYTES");
     RING_CHECK(env_size("RING_TREE_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->tree_max_bytes));
-    const char *tpn = getenv("RING_TRANSPORT");
-    p->transport = RING__TP_AUTO;
-    if (tpn && *tpn) {
-        if (!strcmp(tpn, "tcp")) p->transport = RING__TP_TCP;
-        else if (!strcmp(tpn, "shm")) p->transport = RING__TP_SHM;
-        else if (!strcmp(tpn, "rdma")) p->transport = RING__TP_RDMA;
-        else if (strcmp(tpn, "auto") != 0)
-            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_TRANSPORT=\"%s\": expected auto, tcp, shm or rdma", tpn);
+    {
+        static const char *const names[] = {"auto", "tcp", "shm", "rdma"};
+        static const int values[] = {RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA};
+        p->transport = RING__TP_AUTO;
+        RING_CHECK(env_choice("RING_TRANSPORT", names, values, 4, "auto, tcp, shm or rdma", &p->transport));
 #if !RING_HAVE_RDMA
         if (p->transport == RING__TP_RDMA)
             return ring__seterr(NULL, RING_ERR_UNSUPPORTED,
@@ -232,22 +244,17 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     v = 0;
     RING_CHECK(env_int("RING_CUDA_IPC", 0, 1, &v));
     p->cuda_ipc = (int)v;
-    const char *gdr = getenv("RING_IB_GDR");
-    p->ib_gdr = -1;
-    if (gdr && *gdr) {
-        if (!strcmp(gdr, "0")) p->ib_gdr = 0;
-        else if (!strcmp(gdr, "1")) p->ib_gdr = 1;
-        else if (strcmp(gdr, "auto") != 0)
-            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_IB_GDR=\"%s\": expected auto, 0 or 1", gdr);
+    {
+        static const char *const names[] = {"auto", "0", "1"};
+        static const int values[] = {-1, 0, 1};
+        p->ib_gdr = -1;
+        RING_CHECK(env_choice("RING_IB_GDR", names, values, 3, "auto, 0 or 1", &p->ib_gdr));
     }
-    const char *algo = getenv("RING_ALGO");
-    p->algo = RING__ALGO_AUTO;
-    if (algo && *algo) {
-        if (!strcmp(algo, "ring")) p->algo = RING__ALGO_RING;
-        else if (!strcmp(algo, "rd")) p->algo = RING__ALGO_RD;
-        else if (!strcmp(algo, "rh")) p->algo = RING__ALGO_RH;
-        else if (strcmp(algo, "auto") != 0)
-            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_ALGO=\"%s\": expected ring, rd, rh or auto", algo);
+    {
+        static const char *const names[] = {"auto", "ring", "rd", "rh"};
+        static const int values[] = {RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_RH};
+        p->algo = RING__ALGO_AUTO;
+        RING_CHECK(env_choice("RING_ALGO", names, values, 4, "ring, rd, rh or auto", &p->algo));
     }
     const char *pr = getenv("RING_PORT_RANGE");
     if (pr && *pr && ring__parse_port_range(pr, &p->port_lo, &p->port_hi) != 0)

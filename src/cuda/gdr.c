@@ -44,6 +44,18 @@ typedef struct gdr_state {
     int on; /* 1 set up, -1 not available */
 } gdr_state;
 
+/* The slots' device memory, freed on their own device (the caller's may be another). */
+static void slots_free(gdr_state *s)
+{
+    if (!s->g.sbuf && !s->g.rbuf) return;
+    ring__cuda_devscope_t ds;
+    (void)ring__cuda_device_enter(NULL, s->g.device, &ds);
+    ring__cuda_dev_free(s->g.sbuf);
+    ring__cuda_dev_free(s->g.rbuf);
+    ring__cuda_device_leave(&ds);
+    s->g.sbuf = s->g.rbuf = NULL;
+}
+
 #if RING_HAVE_RDMA
 /* Register [p, p + bytes) of device memory: dma-buf first, then the peer-memory path. */
 static ring_result_t reg_one(ring_comm_t *comm, void *p, size_t bytes, void **mh, const char **how, char *why, size_t len)
@@ -95,6 +107,7 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
         if (!(s = calloc(1, sizeof *s))) return ring__seterr(comm, RING_ERR_NOMEM, "GPUDirect RDMA: out of memory");
         comm->cuda_gdr = s;
     }
+    s->g.device = device;
     ring_result_t rc = ring__cuda_dev_alloc(NULL, bytes, (void **)&s->g.sbuf);
     if (rc == RING_OK) rc = ring__cuda_dev_alloc(NULL, bytes, (void **)&s->g.rbuf);
     if (rc != RING_OK) snprintf(why, sizeof why, "%s", ring_comm_last_error(NULL));
@@ -104,9 +117,7 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
         if (s->g.smh) ring__rdma_transport.dereg_mem(comm->rdma_ctx, s->g.smh);
         if (s->g.rmh) ring__rdma_transport.dereg_mem(comm->rdma_ctx, s->g.rmh);
         s->g.smh = s->g.rmh = NULL;
-        ring__cuda_dev_free(s->g.sbuf);
-        ring__cuda_dev_free(s->g.rbuf);
-        s->g.sbuf = s->g.rbuf = NULL;
+        slots_free(s);
         s->on = -1;
         if (comm->params.ib_gdr == 1)
             return ring__seterr(comm, RING_ERR_UNSUPPORTED, "RING_IB_GDR=1, but GPUDirect RDMA is not available on %s for device %d: %s",
@@ -118,7 +129,6 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
         return RING_OK;
     }
     s->on = 1;
-    s->g.device = device;
     s->g.slot = slot;
     RING_LOG(RING_LOG_INFO, RING_SUB_COLL, comm->rank,
              "GPUDirect RDMA on %s for device %d (%s): device buffers cross verbs links between GPU memory and the NIC, "
@@ -145,13 +155,7 @@ void ring__cuda_gdr_fini(ring_comm_t *comm)
 {
     gdr_state *s = comm->cuda_gdr;
     if (!s) return;
-    if (s->g.sbuf || s->g.rbuf) {
-        ring__cuda_devscope_t ds;
-        (void)ring__cuda_device_enter(NULL, s->g.device, &ds); /* freed on its own device */
-        ring__cuda_dev_free(s->g.sbuf);
-        ring__cuda_dev_free(s->g.rbuf);
-        ring__cuda_device_leave(&ds);
-    }
+    slots_free(s);
     free(s);
     comm->cuda_gdr = NULL;
 }

@@ -851,12 +851,16 @@ static ring_result_t conn_fail(rdma_conn *c, ring_result_t code, const char *fmt
     return c->failed;
 }
 
-static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
+/* mh: a device registration (ring__rdma_reg_device) naming buf; an empty message has no
+ * bytes to read in place and goes as any other. */
+static ring_result_t post(rdma_conn *c, void *buf, size_t len, void *mh, void **rp)
 {
-    rdma_conn *c = vc;
     *rp = NULL;
     if (c->failed) return c->failed;
-    if (!(*rp = ring__mq_post(&c->q, c, buf, len, c->is_send))) return conn_fail(c, RING_ERR_NOMEM, "out of memory");
+    rdma_req *r = ring__mq_post(&c->q, c, buf, len, c->is_send);
+    if (!r) return conn_fail(c, RING_ERR_NOMEM, "out of memory");
+    r->mh = len ? mh : NULL;
+    *rp = r;
     return RING_OK;
 }
 
@@ -868,9 +872,7 @@ static ring_result_t rdma_isend(void *vc, const void *buf, size_t len, void *mh,
     if (mh && len > c->slot_bytes)
         return conn_fail(c, RING_ERR_INTERNAL, "send of %zu bytes from registered device memory exceeds the %zu-byte slots",
                          len, c->slot_bytes);
-    ring_result_t rc = post(c, (void *)buf, len, rp);
-    if (rc == RING_OK && *rp && len) ((rdma_req *)*rp)->mh = mh;
-    return rc;
+    return post(c, (void *)buf, len, mh, rp);
 }
 
 /* A registered buffer holding [p, p + len), or NULL. */
@@ -972,9 +974,7 @@ static ring_result_t rdma_irecv(void *vc, void *buf, size_t len, void *mh, void 
     if (mh && (!buf || len > c->slot_bytes))
         return conn_fail(c, RING_ERR_INTERNAL, "receive of %zu bytes into registered device memory: needs a buffer of at most one %zu-byte slot",
                          len, c->slot_bytes);
-    ring_result_t rc = post(c, buf, len, rp);
-    if (rc == RING_OK && *rp && len) ((rdma_req *)*rp)->mh = mh;
-    return rc;
+    return post(c, buf, len, mh, rp);
 }
 
 static const char *status_hint(enum ibv_wc_status s)
