@@ -1035,7 +1035,7 @@ static void failing_pair_round(int round, double *worst_peer_ms)
         if (late > *worst_peer_ms) *worst_peer_ms = late;
         cr_assert_eq(k.rc, RING_ERR_PEER, "round %d: rank 0 after rank 1 left: %s: %s", round, ring_result_name(k.rc), k.msg);
         cr_assert(strstr(k.msg, "rank 1"), "%s", k.msg);
-        /* The 300 ms cause grace (comm.c) plus a loaded machine; never the 60 s timeout. */
+        /* The 1 s cause grace (comm.c) plus a loaded machine; never the 60 s timeout. */
         cr_assert(late < 5000, "round %d: rank 0 noticed rank 1 leaving after %.0f ms", round, late);
         snprintf(what, sizeof what, "peer destroyed");
         break;
