@@ -47,6 +47,7 @@
 #include "p2p.h"
 #include "param.h"
 #include "transport.h"
+#include "watch.h"
 #include "wire.h"
 
 extern char **environ;
@@ -1034,8 +1035,9 @@ static void failing_pair_round(int round, double *worst_peer_ms)
         double late = k.t_end - t;
         if (late > *worst_peer_ms) *worst_peer_ms = late;
         cr_assert_eq(k.rc, RING_ERR_PEER, "round %d: rank 0 after rank 1 left: %s: %s", round, ring_result_name(k.rc), k.msg);
-        cr_assert(strstr(k.msg, "rank 1"), "%s", k.msg);
-        /* The 1 s cause grace (comm.c) plus a loaded machine; never the 60 s timeout. */
+        cr_assert(strstr(k.msg, "rank 1") && strstr(k.msg, "ring_comm_destroy"), "%s", k.msg);
+        /* Rank 1's goodbye ends the cause grace (comm.c) at once; a loaded machine may still be
+         * slow, and it must never be the 60 s timeout. */
         cr_assert(late < 5000, "round %d: rank 0 noticed rank 1 leaving after %.0f ms", round, late);
         snprintf(what, sizeof what, "peer destroyed");
         break;
@@ -1733,6 +1735,45 @@ static double abort_latency(kind_t kind, size_t count, int async, char *msg, siz
     snprintf(msg, len, "%s", k.msg);
     group_destroy(c, 2);
     return k.t_end - t;
+}
+
+/*
+ * A rank that destroys its communicator while the others are in a collective with it: its
+ * goodbye reaches the root directly and the other ranks through the root's relay, so every
+ * rank's error names it and says it called ring_comm_destroy, without waiting out the 1 s
+ * cause grace for a failure notice that never comes. 8 MiB per rank so that the senders to
+ * rank 2 are still sending (and see the closed connection themselves) when it leaves.
+ */
+Test(departure, a_rank_that_destroys_mid_collective_is_named_by_every_rank, .timeout = 120)
+{
+    clear_env();
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) setenv("RING_TRANSPORT", "tcp", 1);
+        ring_comm_t *c[3];
+        group_init(c, 3, 60000);
+        call_t k[2];
+        for (int r = 0; r < 2; r++)
+            k[r] = (call_t){.comm = c[r], .kind = K_ALLREDUCE, .count = 2u << 20, .dt = RING_FLOAT32, .op = RING_SUM};
+        for (int r = 0; r < 2; r++) call_start(&k[r]);
+        sleep_ms(50);
+        cr_assert_eq(ring_comm_destroy(c[2]), RING_OK);
+        c[2] = NULL;
+        for (int r = 0; r < 2; r++) pthread_join(k[r].t, NULL);
+        for (int r = 0; r < 2; r++) {
+            cr_assert_eq(k[r].rc, RING_ERR_PEER, "%s: rank %d: %s: %s", round ? "tcp" : "auto", r,
+                         ring_result_name(k[r].rc), k[r].msg);
+            cr_assert(strstr(k[r].msg, "rank 2") && strstr(k[r].msg, "ring_comm_destroy"), "%s: rank %d: %s",
+                      round ? "tcp" : "auto", r, k[r].msg);
+        }
+        /* Rank 1 is not the root: it can only have heard of the departure by the relay. */
+        double until = now_ms() + 5000;
+        while (ring__watch_someone_left(c[1]) < 0 && now_ms() < until) sleep_ms(2);
+        cr_assert_eq(ring__watch_someone_left(c[1]), 2, "%s: the root did not relay rank 2's goodbye to rank 1",
+                     round ? "tcp" : "auto");
+        cr_log_info("departure (%s): rank 0 after %.0f ms: %s | rank 1 after %.0f ms: %s", round ? "tcp" : "auto",
+                    k[0].t_end - k[0].t_start, k[0].msg, k[1].t_end - k[1].t_start, k[1].msg);
+        group_destroy(c, 2);
+    }
 }
 
 Test(abort, unblocks_a_call_in_flight_within_100_ms, .timeout = 120)

@@ -7,6 +7,8 @@
  *     mixed async and blocking collectives at the same time, with ring_test polling, and check
  *     every result.
  *  2. Abort from another thread while a call is in flight and others are queued.
+ *  3. Three ranks; rank 2 destroys its communicator while 0 and 1 are in an all-reduce with
+ *     it: the watcher threads record and relay its goodbye while the callers read it.
  *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
@@ -26,39 +28,42 @@
 #define COUNT 1000
 
 typedef struct rank_ctx {
-    int rank;
+    int rank, nranks;
     char root[64];
     ring_comm_t *comm;
     ring_result_t rc;
-    char err[512];
+    char err[1024];
 } rank_ctx;
 
 static void *init_main(void *p)
 {
     rank_ctx *c = p;
-    c->rc = ring_comm_init(&c->comm, 2, c->rank, c->root);
+    c->rc = ring_comm_init(&c->comm, c->nranks, c->rank, c->root);
     if (c->rc) snprintf(c->err, sizeof c->err, "init: %s", ring_comm_last_error(c->comm));
     return NULL;
 }
 
-static int init_pair(rank_ctx ctx[2])
+static int init_group(rank_ctx *ctx, int n)
 {
-    pthread_t t[2];
+    pthread_t t[8];
     int port = free_port();
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < n; r++) {
         memset(&ctx[r], 0, sizeof ctx[r]);
         ctx[r].rank = r;
+        ctx[r].nranks = n;
         snprintf(ctx[r].root, sizeof ctx[r].root, "127.0.0.1:%d", port);
         pthread_create(&t[r], NULL, init_main, &ctx[r]);
     }
-    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < n; r++)
         if (ctx[r].rc) {
             fprintf(stderr, "rank %d: %s\n", r, ctx[r].err);
             return -1;
         }
     return 0;
 }
+
+static int init_pair(rank_ctx ctx[2]) { return init_group(ctx, 2); }
 
 #define FAIL(c, ...)                                                                               \
     do {                                                                                           \
@@ -167,13 +172,44 @@ static int test_abort(void)
     return bad ? -1 : 0;
 }
 
+static void *big_main(void *p)
+{
+    rank_ctx *c = p;
+    size_t count = (size_t)2 << 20; /* 8 MiB: still sending to rank 2 when it leaves */
+    float *v = calloc(count, sizeof *v);
+    c->rc = v ? ring_allreduce(c->comm, v, v, count, RING_FLOAT32, RING_SUM) : RING_ERR_NOMEM;
+    snprintf(c->err, sizeof c->err, "%s", ring_comm_last_error(c->comm));
+    free(v);
+    return NULL;
+}
+
+static int test_departure(void)
+{
+    rank_ctx P[3];
+    if (init_group(P, 3)) return -1;
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, big_main, &P[r]);
+    usleep(50 * 1000);
+    ring_comm_destroy(P[2].comm);
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    int bad = 0;
+    for (int r = 0; r < 2; r++)
+        if (P[r].rc != RING_ERR_PEER || !strstr(P[r].err, "rank 2") || !strstr(P[r].err, "ring_comm_destroy")) {
+            fprintf(stderr, "departure: rank %d: %s: %s\n", r, ring_result_name(P[r].rc), P[r].err);
+            bad = 1;
+        }
+    for (int r = 0; r < 2; r++) ring_comm_destroy(P[r].comm);
+    return bad ? -1 : 0;
+}
+
 int main(void)
 {
     struct {
         const char *name;
         int (*fn)(void);
     } tests[] = {{"mixed async/blocking traffic on two communicators", test_mixed},
-                 {"abort from another thread", test_abort}};
+                 {"abort from another thread", test_abort},
+                 {"a rank destroys its communicator mid-collective", test_departure}};
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int r = tests[i].fn();

@@ -49,17 +49,28 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     ring_result_t fc = ring__failed_result(comm, ring__coll_name(op->coll));
     if (fc != RING_OK) return fc;
     ring_result_t rc = ring__run_op(comm, op);
+    int left = -1;
     if (rc == RING_ERR_PEER || rc == RING_ERR_PROTOCOL) {
+        /* A rank that left (its goodbye came over the star) explains a closed connection, and
+         * no FAIL will follow it. */
         int64_t until = ring__now_ns() + CAUSE_GRACE_NS;
-        while (!atomic_load(&comm->remote_failed) && ring__now_ns() < until) {
+        while (!atomic_load(&comm->remote_failed) && (left = ring__watch_someone_left(comm)) < 0 &&
+               ring__now_ns() < until) {
             struct timespec ts = {0, 5 * 1000000L};
             nanosleep(&ts, NULL);
         }
     }
-    if (rc != RING_OK && atomic_load(&comm->remote_failed)) {
-        char what[64];
-        snprintf(what, sizeof what, "%s #%llu", ring__coll_name(op->coll), (unsigned long long)op->seq);
-        return ring__remote_result(comm, what);
+    char what[64];
+    snprintf(what, sizeof what, "%s #%llu", ring__coll_name(op->coll), (unsigned long long)op->seq);
+    if (rc != RING_OK && atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
+    if (rc != RING_OK && left >= 0) {
+        const ring__peer_info_t *pi = &comm->peers[left];
+        pthread_mutex_lock(&comm->err_mu);
+        size_t len = strlen(comm->errmsg);
+        snprintf(comm->errmsg + len, sizeof comm->errmsg - len,
+                 "; rank %d (%.64s, pid %u) had called ring_comm_destroy while this rank was still in %s with it",
+                 left, pi->host, (unsigned)pi->pid, what);
+        pthread_mutex_unlock(&comm->err_mu);
     }
     if (rc != RING_OK) ring__comm_fail(comm, rc);
     return rc;

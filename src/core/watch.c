@@ -6,7 +6,11 @@
  *  - FAIL: a rank's first failure (its message), sent to the root; the root formats it as
  *    "rank k (host) failed: ..." and relays it to every other rank. The root's own first
  *    failure goes to everyone directly.
- *  - BYE: sent by ring_comm_destroy, so that an orderly exit is not taken for a death.
+ *  - BYE: sent by ring_comm_destroy, so that an orderly exit is not taken for a death. The
+ *    root relays a rank's BYE (origin = that rank) to every other rank: a rank whose call
+ *    fails because a peer left in the middle of it learns at once that the peer called
+ *    ring_comm_destroy, instead of waiting out the cause grace (comm.c) for a FAIL that is
+ *    not coming.
  * A star connection that closes without BYE means the process died (the kernel closes a
  * killed process's sockets at once): the root turns that into a FAIL naming the rank, and
  * ranks that lose the root do the same for rank 0.
@@ -18,7 +22,8 @@
  * flight returns within one wake-up. Codes travel with the notice for MISMATCH and TIMEOUT
  * (every rank reports the same kind of error); anything else arrives as RING_ERR_PEER.
  *
- * Bytes: one 16-byte header + up to 800 bytes of text per notice; root relays to N-2 ranks.
+ * Bytes: one 16-byte header + up to 800 bytes of text per notice; root relays to N-2 ranks
+ * (for BYE: to those that have not left yet).
  */
 #include <errno.h>
 #include <poll.h>
@@ -94,6 +99,17 @@ int ring__fail_remote(ring_comm_t *comm, ring_result_t code, const char *msg)
     return first;
 }
 
+int ring__watch_someone_left(ring_comm_t *comm)
+{
+    int who = -1;
+    if (comm->nranks < 2 || !comm->watch_left) return -1;
+    pthread_mutex_lock(&comm->star_mu);
+    for (int r = 0; r < comm->nranks && who < 0; r++)
+        if (r != comm->rank && comm->watch_left[r]) who = r;
+    pthread_mutex_unlock(&comm->star_mu);
+    return who;
+}
+
 ring_result_t ring__remote_result(ring_comm_t *comm, const char *what)
 {
     pthread_mutex_lock(&comm->err_mu);
@@ -122,11 +138,11 @@ static uint32_t wire_code(ring_result_t code)
 }
 
 /* Root: tell every rank except `skip` (and those that left). */
-static void relay(ring_comm_t *comm, int origin, uint32_t code, const char *text, int skip)
+static void relay(ring_comm_t *comm, uint32_t type, int origin, uint32_t code, const char *text, int skip)
 {
     ring__bootstrap_t *bs = comm->bs;
     unsigned char f[FRAME_MAX];
-    size_t n = ring__notice_build(f, RING__NOTICE_FAIL, (uint32_t)origin, code, text);
+    size_t n = ring__notice_build(f, type, (uint32_t)origin, code, text);
     pthread_mutex_lock(&comm->star_mu);
     for (int r = 1; r < comm->nranks; r++)
         if (r != skip && !comm->watch_left[r]) send_frame(comm, bs->rank_fds[r], f, n);
@@ -146,7 +162,7 @@ void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg)
     if (comm->rank == 0) {
         host_of(comm, 0, h, sizeof h);
         snprintf(text, sizeof text, "rank 0 (%s) failed: %.680s", h, msg);
-        relay(comm, 0, wire_code(code), text, -1);
+        relay(comm, RING__NOTICE_FAIL, 0, wire_code(code), text, -1);
         return;
     }
     unsigned char f[FRAME_MAX];
@@ -166,7 +182,7 @@ static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text
     char msg[RING__ERRMSG_MAX], h[96];
     host_of(comm, from, h, sizeof h);
     snprintf(msg, sizeof msg, "rank %d (%s) failed: %.700s", from, h, text);
-    if (ring__fail_remote(comm, (ring_result_t)code, msg)) relay(comm, from, code, msg, from);
+    if (ring__fail_remote(comm, (ring_result_t)code, msg)) relay(comm, RING__NOTICE_FAIL, from, code, msg, from);
 }
 
 static void on_gone(ring_comm_t *comm, int r, const char *how)
@@ -178,7 +194,7 @@ static void on_gone(ring_comm_t *comm, int r, const char *how)
         ring__fail_remote(comm, RING_ERR_PEER, msg);
         return;
     }
-    if (ring__fail_remote(comm, RING_ERR_PEER, msg)) relay(comm, r, RING_ERR_PEER, msg, r);
+    if (ring__fail_remote(comm, RING_ERR_PEER, msg)) relay(comm, RING__NOTICE_FAIL, r, RING_ERR_PEER, msg, r);
 }
 
 typedef struct inbuf {
@@ -214,9 +230,18 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
                 return 1;
             }
             if (type == RING__NOTICE_BYE) {
+                /* From the root: its own goodbye (origin 0) or a relayed one. */
+                int who = comm->rank == 0 ? r : (int)origin;
+                if (who < 0 || who >= comm->nranks || who == comm->rank || (comm->rank == 0 && origin != (uint32_t)r)) {
+                    char msg[160];
+                    snprintf(msg, sizeof msg, "a goodbye for rank %u on the bootstrap connection with rank %d", origin, r);
+                    on_fail(comm, r, RING_ERR_PROTOCOL, msg);
+                    return 1;
+                }
                 pthread_mutex_lock(&comm->star_mu);
-                comm->watch_left[r] = 1;
+                comm->watch_left[who] = 1;
                 pthread_mutex_unlock(&comm->star_mu);
+                if (comm->rank == 0) relay(comm, RING__NOTICE_BYE, r, 0, NULL, r);
             } else {
                 char text[RING__NOTICE_TEXT_MAX + 1];
                 memcpy(text, t, tl);
