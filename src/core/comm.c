@@ -60,19 +60,12 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
             nanosleep(&ts, NULL);
         }
     }
+    if (rc == RING_OK) return rc;
     char what[64];
     snprintf(what, sizeof what, "%s #%llu", ring__coll_name(op->coll), (unsigned long long)op->seq);
-    if (rc != RING_OK && atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
-    if (rc != RING_OK && left >= 0) {
-        const ring__peer_info_t *pi = &comm->peers[left];
-        pthread_mutex_lock(&comm->err_mu);
-        size_t len = strlen(comm->errmsg);
-        snprintf(comm->errmsg + len, sizeof comm->errmsg - len,
-                 "; rank %d (%.64s, pid %u) had called ring_comm_destroy while this rank was still in %s with it",
-                 left, pi->host, (unsigned)pi->pid, what);
-        pthread_mutex_unlock(&comm->err_mu);
-    }
-    if (rc != RING_OK) ring__comm_fail(comm, rc);
+    if (atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
+    if (left >= 0) ring__watch_note_left(comm, left, what);
+    ring__comm_fail(comm, rc);
     return rc;
 }
 

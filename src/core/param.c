@@ -212,7 +212,8 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
         static const char *const names[] = {"auto", "tcp", "shm", "rdma"};
         static const int values[] = {RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA};
         p->transport = RING__TP_AUTO;
-        RING_CHECK(env_choice("RING_TRANSPORT", names, values, 4, "auto, tcp, shm or rdma", &p->transport));
+        RING_CHECK(env_choice("RING_TRANSPORT", names, values, (int)(sizeof names / sizeof *names),
+                              "auto, tcp, shm or rdma", &p->transport));
 #if !RING_HAVE_RDMA
         if (p->transport == RING__TP_RDMA)
             return ring__seterr(NULL, RING_ERR_UNSUPPORTED,
@@ -248,13 +249,15 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
         static const char *const names[] = {"auto", "0", "1"};
         static const int values[] = {-1, 0, 1};
         p->ib_gdr = -1;
-        RING_CHECK(env_choice("RING_IB_GDR", names, values, 3, "auto, 0 or 1", &p->ib_gdr));
+        RING_CHECK(env_choice("RING_IB_GDR", names, values, (int)(sizeof names / sizeof *names),
+                              "auto, 0 or 1", &p->ib_gdr));
     }
     {
         static const char *const names[] = {"auto", "ring", "rd", "rh"};
         static const int values[] = {RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_RH};
         p->algo = RING__ALGO_AUTO;
-        RING_CHECK(env_choice("RING_ALGO", names, values, 4, "ring, rd, rh or auto", &p->algo));
+        RING_CHECK(env_choice("RING_ALGO", names, values, (int)(sizeof names / sizeof *names),
+                              "ring, rd, rh or auto", &p->algo));
     }
     const char *pr = getenv("RING_PORT_RANGE");
     if (pr && *pr && ring__parse_port_range(pr, &p->port_lo, &p->port_hi) != 0)

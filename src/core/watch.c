@@ -155,6 +155,17 @@ static void host_of(ring_comm_t *comm, int r, char *out, size_t len)
     snprintf(out, len, "%.64s, pid %u", pi->host, (unsigned)pi->pid);
 }
 
+void ring__watch_note_left(ring_comm_t *comm, int left, const char *what)
+{
+    char h[96];
+    host_of(comm, left, h, sizeof h);
+    pthread_mutex_lock(&comm->err_mu);
+    size_t len = strlen(comm->errmsg);
+    snprintf(comm->errmsg + len, sizeof comm->errmsg - len,
+             "; rank %d (%s) had called ring_comm_destroy while this rank was still in %s with it", left, h, what);
+    pthread_mutex_unlock(&comm->err_mu);
+}
+
 void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg)
 {
     if (!comm || comm->nranks < 2 || !comm->bs || !comm->peers || !comm->watch_left) return;
@@ -230,9 +241,11 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
                 return 1;
             }
             if (type == RING__NOTICE_BYE) {
-                /* From the root: its own goodbye (origin 0) or a relayed one. */
-                int who = comm->rank == 0 ? r : (int)origin;
-                if (who < 0 || who >= comm->nranks || who == comm->rank || (comm->rank == 0 && origin != (uint32_t)r)) {
+                /* At the root: the sender's own. Elsewhere: the root's own (origin 0) or a relayed one. */
+                int ok = comm->rank == 0 ? origin == (uint32_t)r
+                                         : origin < (uint32_t)comm->nranks && origin != (uint32_t)comm->rank;
+                int who = (int)origin;
+                if (!ok) {
                     char msg[160];
                     snprintf(msg, sizeof msg, "a goodbye for rank %u on the bootstrap connection with rank %d", origin, r);
                     on_fail(comm, r, RING_ERR_PROTOCOL, msg);
