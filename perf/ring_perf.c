@@ -100,6 +100,7 @@
 #if RING_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda/direct.h"
 #include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
 #endif
@@ -1211,6 +1212,13 @@ int main(int argc, char **argv)
             if (o.pc.algos & PC_ALGO_BIT(a)) wrong_total += sweep(&sw, (pc_algo_t)a);
     }
     if (is_root && o.pc.mem == PC_MEM_BOTH) print_comparison(&rows[0], &rows[1]);
+#if RING_HAVE_CUDA
+    /* Which way the device-buffer calls went: direct over CUDA IPC (every rank on one host,
+     * src/cuda/direct.c), else staged through host memory or the ring's CUDA IPC links. */
+    if (is_root && use_dev && o.pc.fmt != PC_FMT_JSON)
+        fprintf(g_info, "# device-buffer calls that ran direct over CUDA IPC on rank 0: %llu\n",
+                (unsigned long long)ring__cuda_direct_count(g_comm));
+#endif
     if (is_root && o.pc.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
 
     for (int i = 0; i < 2; i++)

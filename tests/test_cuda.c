@@ -337,6 +337,8 @@ static void sweep(ring_dtype_t dt)
     int failed = tc_sweep_dtype(dt, 0, 0, msg, sizeof msg, &cases);
     fprintf(stderr, "[cuda_gpu %s] %d cases, %d failed on %s\n", tc_dtype_name(dt), cases, failed, gpu);
     cr_expect_eq(failed, 0, "%d of %d cases failed; first: %s", failed, cases, msg);
+    failed = tc_sweep_multi(dt, 0, 0, msg, sizeof msg, &cases);
+    cr_expect_eq(failed, 0, "many inputs: %d of %d cases failed; first: %s", failed, cases, msg);
 }
 
 /*
@@ -351,8 +353,10 @@ static void emulated(ring_dtype_t dt)
     int cases = 0;
     tc_set_emulation(768);
     int failed = tc_sweep_dtype(dt, 0, 0, msg, sizeof msg, &cases);
-    tc_set_emulation(0);
     cr_expect_eq(failed, 0, "%d of %d cases failed; first: %s", failed, cases, msg);
+    failed = tc_sweep_multi(dt, 0, 0, msg, sizeof msg, &cases);
+    tc_set_emulation(0);
+    cr_expect_eq(failed, 0, "many inputs: %d of %d cases failed; first: %s", failed, cases, msg);
 }
 
 Test(cuda_emulated, int8) { emulated(RING_INT8); }

@@ -359,6 +359,128 @@ out:
     return failures;
 }
 
+/*
+ * The many-input kernel (ring__cuda_reduce_multi, direct collectives): nsrc inputs against
+ * the host chain ring__reduce(s0, s1), ..., ring__reduce_final(.., s[n-1], nranks = nsrc),
+ * which is what the kernel promises bit for bit. off: per input (and dst, last) element
+ * offsets; alias >= 0: dst is input `alias`.
+ */
+static int multi_case(ring_dtype_t dt, ring_op_t op, int nsrc, size_t n, const size_t *off, int alias, uint64_t seed,
+                      char *msg, size_t len)
+{
+    const size_t es = ring_dtype_size(dt), cap = (n + 64) * es, stride = (cap + 255) & ~(size_t)255;
+    const size_t total = stride * (size_t)(nsrc + 1);
+    unsigned char *host = malloc(total), *ref = malloc(n * es + 1), *out = malloc(total);
+    unsigned char *mem = NULL;
+    const void *srcs[RING__CUDA_MULTI_MAX];
+    char what[256];
+    int result = -1;
+    snprintf(what, sizeof what, "reduce_multi %s %s, %d inputs, count %zu, offsets %zu %zu .. dst %zu, %s, seed %" PRIu64 "%s",
+             tc_dtype_name(dt), tc_op_name(op), nsrc, n, off[0], off[1], off[nsrc], alias >= 0 ? "dst == an input" : "out of place",
+             seed, emulate_threads ? " (emulated on the CPU)" : "");
+    if (!host || !ref || !out) {
+        snprintf(msg, len, "%s: out of host memory", what);
+        goto done;
+    }
+    if (emulate_threads ? !(mem = aligned_alloc(256, total)) : ring__cuda_dev_alloc(NULL, total, (void **)&mem) != RING_OK) {
+        snprintf(msg, len, "%s: %s", what, emulate_threads ? "out of host memory" : ring_comm_last_error(NULL));
+        mem = NULL;
+        goto done;
+    }
+    memset(host, CANARY, total);
+    uint64_t s = seed;
+    for (int k = 0; k < nsrc; k++) gen(host + (size_t)k * stride + off[k] * es, n, dt, &s);
+    memcpy(ref, host + off[0] * es, n * es);
+    for (int k = 1; k < nsrc; k++) {
+        const void *in = host + (size_t)k * stride + off[k] * es;
+        if (k == nsrc - 1) ring__reduce_final(ref, ref, in, n, dt, op, nsrc);
+        else ring__reduce(ref, ref, in, n, dt, op);
+    }
+    for (int k = 0; k < nsrc; k++) srcs[k] = mem + (size_t)k * stride + off[k] * es;
+    unsigned char *dst = alias >= 0 ? (unsigned char *)srcs[alias] : mem + (size_t)nsrc * stride + off[nsrc] * es;
+    ring_result_t rc;
+    if (emulate_threads) {
+        memcpy(mem, host, total);
+        rc = ring__cuda_reduce_multi_emulated(NULL, dst, srcs, nsrc, n, dt, op, nsrc, emulate_threads);
+        if (rc == RING_OK) memcpy(out, mem, total);
+    } else {
+        rc = ring__cuda_memcpy(NULL, mem, host, total);
+        if (rc == RING_OK) rc = ring__cuda_reduce_multi(NULL, dst, srcs, nsrc, n, dt, op, nsrc, arena.stream);
+        if (rc == RING_OK) rc = ring__cuda_stream_sync(NULL, arena.stream);
+        if (rc == RING_OK) rc = ring__cuda_memcpy(NULL, out, mem, total);
+    }
+    if (rc != RING_OK) {
+        snprintf(msg, len, "%s: %s: %s", what, ring_result_name(rc), ring_comm_last_error(NULL));
+        goto done;
+    }
+    result = 0;
+    /* Everything but dst's n elements keeps its bytes: inputs (unless dst is one) and canaries. */
+    const size_t start = (size_t)(dst - mem);
+    for (size_t b = 0; b < total; b++) {
+        if (b >= start && b < start + n * es) continue;
+        if (out[b] != host[b]) {
+            snprintf(msg, len, "%s: byte %zd from dst's first element changed: out of bounds", what,
+                     (ssize_t)b - (ssize_t)start);
+            result = 1;
+            goto done;
+        }
+    }
+    const int lenient_nan = is_float(dt) && op != RING_MIN && op != RING_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *h = ref + i * es, *d = out + start + i * es;
+        if (!memcmp(h, d, es) || (lenient_nan && is_nan(h, dt) && is_nan(d, dt))) continue;
+        char xh[24], xd[24];
+        hex_elem(xh, sizeof xh, h, es);
+        hex_elem(xd, sizeof xd, d, es);
+        snprintf(msg, len, "%s: element %zu: host %s, GPU %s", what, i, xh, xd);
+        result = 1;
+        goto done;
+    }
+done:
+    if (emulate_threads) free(mem);
+    else ring__cuda_dev_free(mem);
+    free(host);
+    free(ref);
+    free(out);
+    return result;
+}
+
+int tc_sweep_multi(ring_dtype_t dt, int quick, int verbose, char *msg, size_t len, int *ncases)
+{
+    static const int nsrcs[] = {2, 3, 5, RING__CUDA_MULTI_MAX};
+    static const size_t mlengths[] = {1, 3, 8, 17, 33, 127, 1000, 4099, 65537};
+    const size_t nl = quick ? 6 : sizeof mlengths / sizeof *mlengths - (emulate_threads ? 1 : 0);
+    int failures = 0, cases = 0;
+    char one[1024];
+    uint64_t seed = 0x3a17000u + (uint64_t)dt * 0x10000u;
+    if (!emulate_threads && arena_ensure(64, msg, len)) return 1; /* the stream */
+    for (int op = 0; op < RING_OP_COUNT; op++)
+        for (size_t ni = 0; ni < sizeof nsrcs / sizeof *nsrcs - (quick ? 1 : 0); ni++)
+            for (size_t li = 0; li < nl; li++)
+                for (int pat = 0; pat < 4; pat++) {
+                    /* Aligned; all one element in (vector body after a head); one input off
+                     * by one (single elements); dst == the second input. */
+                    const int ns = nsrcs[ni];
+                    size_t off[RING__CUDA_MULTI_MAX + 1] = {0};
+                    for (int k = 0; k <= ns; k++) off[k] = pat == 1 ? 1 : 0;
+                    if (pat == 2) off[ns - 1] = 1;
+                    int r = multi_case((ring_dtype_t)dt, (ring_op_t)op, ns, mlengths[li], off, pat == 3 ? 1 : -1, seed++,
+                                       one, sizeof one);
+                    cases++;
+                    if (record(r, msg, len, one, &failures, verbose) < 0) goto out;
+                }
+out:
+    if (ncases) *ncases = cases;
+    return failures;
+}
+
+void tc_cleanup(void)
+{
+    arena_free();
+    ring__cuda_stream_destroy(arena.stream);
+    arena.stream = NULL;
+}
+
 int tc_sweep_large(int verbose, char *msg, size_t len, int *ncases)
 {
     static const tc_case_t big[] = {

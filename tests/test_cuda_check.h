@@ -58,6 +58,14 @@ int tc_sweep_dtype(ring_dtype_t dt, int quick, int verbose, char *msg, size_t le
  * bf16 AVG). Same return convention as tc_sweep_dtype. */
 int tc_sweep_large(int verbose, char *msg, size_t len, int *ncases);
 
+/* The many-input kernel of the direct collectives (ring__cuda_reduce_multi) against a chain of
+ * host reductions, for every op, 2 to RING__CUDA_MULTI_MAX inputs, odd lengths, offsets and
+ * dst == an input. Same return convention. */
+int tc_sweep_multi(ring_dtype_t dt, int quick, int verbose, char *msg, size_t len, int *ncases);
+
+/* Free what the checks keep between cases (the device arena and its stream). */
+void tc_cleanup(void);
+
 /* Argument checks: misaligned pointers refused without a launch, count 0, bad dtype/op.
  * Returns 0 or 1 (msg). */
 int tc_check_args(char *msg, size_t len);

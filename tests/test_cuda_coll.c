@@ -17,6 +17,13 @@
  * --ipc-mixed   with RING_CUDA_IPC=1, rank 1 breaks the knob's promise and passes host
  *            buffers to a ring all-reduce: every rank must return an error within 10 s (the
  *            neighbours of rank 1 RING_ERR_MISMATCH naming RING_CUDA_IPC), none may hang.
+ * --expect-direct / --expect-no-direct  fail unless some call (every device-buffer call when
+ *            the run has no host ranks) / no call ran as a direct collective over CUDA IPC
+ *            (src/cuda/direct.c: every rank on one host with device buffers).
+ * --direct-dies   the last rank leaves (exit 0, no ring_comm_destroy) just before a direct
+ *            all-reduce: the others must return an error within 10 s, none may hang.
+ * --direct-mismatch  rank 0 passes one element more than the others to a device all-reduce:
+ *            every rank must return an error within 10 s.
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
  * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
@@ -28,12 +35,15 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/direct.h"
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #include "cuda/mem.h"
@@ -43,7 +53,7 @@
 
 #define ARENA_BYTES ((size_t)64 << 20)
 
-static unsigned char *arena; /* "device" memory: cudaMalloc, or host memory when emulating */
+static unsigned char *arena; /* "device" memory: cudaMalloc, or shared host memory when emulating */
 static int emulate;
 
 typedef struct layout {
@@ -179,7 +189,8 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
 
 int main(int argc, char **argv)
 {
-    int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1;
+    int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
+        direct_mismatch = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -188,9 +199,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ipc-mixed")) ipc_mixed = 1;
         else if (!strcmp(argv[i], "--expect-gdr")) expect_gdr = 1;
         else if (!strcmp(argv[i], "--expect-no-gdr")) expect_gdr = 0;
+        else if (!strcmp(argv[i], "--expect-direct")) expect_direct = 1;
+        else if (!strcmp(argv[i], "--expect-no-direct")) expect_direct = 0;
+        else if (!strcmp(argv[i], "--direct-dies")) direct_dies = 1;
+        else if (!strcmp(argv[i], "--direct-mismatch")) direct_mismatch = 1;
         else {
             fprintf(stderr,
-                    "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed] [--expect-gdr | --expect-no-gdr]\n",
+                    "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed] [--expect-gdr | --expect-no-gdr]\n"
+                    "       [--expect-direct | --expect-no-direct] [--direct-dies] [--direct-mismatch]\n",
                     argv[0]);
             return 2;
         }
@@ -198,7 +214,17 @@ int main(int argc, char **argv)
     char why[256] = "";
     if (emulate) {
         ring__cuda_set_emulation(1);
-        arena = aligned_alloc(256, ARENA_BYTES);
+        /* Shared memory, so that the emulated CUDA IPC can hand it to other ranks. */
+        int fd = memfd_create("cuda_coll_check-arena", MFD_CLOEXEC);
+        void *m = fd >= 0 && ftruncate(fd, ARENA_BYTES) == 0
+                      ? mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                      : MAP_FAILED;
+        if (m == MAP_FAILED) {
+            perror("cuda_coll_check: arena");
+            return 1;
+        }
+        arena = m;
+        ring__cuda_emu_share(arena, ARENA_BYTES, fd);
         ring__mem_fake_device_range(0, arena, ARENA_BYTES); /* the stand-in driver: device 0 */
     } else if (!ring__cuda_usable(why, sizeof why)) {
         printf("SKIP: no usable GPU: %s\n", why);
@@ -222,6 +248,33 @@ int main(int argc, char **argv)
     }
     if (!arena) return 1;
     const int use_device = !mixed || rank % 2 == 0;
+    if (direct_dies || direct_mismatch) {
+        /* One direct all-reduce first, so that the failure hits a communicator that works. */
+        const size_t count = 1 << 16;
+        rc = ring_allreduce(comm, arena, arena, count, RING_FLOAT32, RING_SUM);
+        if (rc != RING_OK) {
+            fprintf(stderr, "rank %d: first all-reduce: %s\n", rank, ring_comm_last_error(comm));
+            return 1;
+        }
+        if (direct_dies && rank == n - 1) {
+            /* Late enough that the others are waiting for this rank inside the call. */
+            struct timespec nap = {0, 300000000};
+            nanosleep(&nap, NULL);
+            printf("rank %d: leaving without a word\n", rank);
+            fflush(stdout);
+            _exit(0);
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        rc = ring_allreduce(comm, arena, arena, count + (direct_mismatch && rank == 0), RING_FLOAT32, RING_SUM);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        int ok = rc != RING_OK && s < 10;
+        printf("rank %d: %s after %.2f s: %s: %s\n", rank, ok ? "PASS" : "FAIL", s, ring_result_name(rc),
+               ring_comm_last_error(comm));
+        ring_comm_destroy(comm);
+        return ok ? 0 : 1;
+    }
     if (ipc_mixed) {
         /* Big enough for the ring at any chunk size the tests use. */
         const size_t count = 1 << 20;
@@ -286,6 +339,16 @@ int main(int argc, char **argv)
                (unsigned long long)rx);
         if (!tx || !rx) {
             fprintf(stderr, "rank %d: expected the ring's messages over CUDA IPC (RING_CUDA_IPC=1)\n", rank);
+            bad = 1;
+        }
+    }
+    if (n > 1) {
+        uint64_t nd = ring__cuda_direct_count(comm);
+        printf("rank %d: %llu of %d calls ran directly over CUDA IPC\n", rank, (unsigned long long)nd, cases);
+        /* With host ranks in the ring, no call can be direct. */
+        int want = expect_direct < 0 ? -1 : mixed ? 0 : expect_direct;
+        if ((want == 1 && nd != (uint64_t)cases) || (want == 0 && nd != 0)) {
+            fprintf(stderr, "rank %d: expected %s to run directly over CUDA IPC\n", rank, want ? "every call" : "no call");
             bad = 1;
         }
     }

@@ -3,27 +3,34 @@
 # GPU, nvcc, meson, ninja and a C compiler (Criterion, hwloc, MPI and a package mirror are not
 # needed):
 #
-#   perf/cuda/gpu_checks.sh [--build DIR] [--results DIR] [--steps LIST] [--no-bench] [--no-sanitizer]
+#   perf/cuda/gpu_checks.sh [--build DIR] [--results DIR] [--steps LIST] [--step-timeout SEC]
+#                           [--no-bench] [--no-sanitizer]
 #
-# LIST: comma-separated steps below (default build,tests,sanitizer,coll,bench); the build
-# always runs (a no-op when up to date), so a session with a per-command time limit can run
-# `--steps tests,coll` and `--steps sanitizer,bench` as two commands (`allreduce` is an old
-# name of `coll`).
+# LIST: comma-separated steps below (default tests,coll,bench,sanitizer, run in that order);
+# the build always runs (a no-op when up to date), so a session with a per-command time limit
+# can run `--steps tests,coll` and `--steps sanitizer,bench` as two commands (`allreduce` is
+# an old name of `coll`). --step-timeout: kill a step (and fail it) after SEC seconds, so that
+# one hang on a borrowed machine cannot eat the rest of its time (default: no limit).
 #
 #  1. build:      meson setup DIR -Dcuda=enabled -Drdma=disabled (release, no -Werror:
 #                 another machine's compilers may warn differently), ninja
-#  2. tests:      meson test --suite cuda: the kernel checks (perf/cuda/cuda_kernel_check, every
-#                 dtype x op against the host reduction), plus tests/test_cuda where Criterion
-#                 exists
-#  3. sanitizer:  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the kernel
-#                 checks (--quick: short lengths)
-#  4. coll:       device-buffer all-reduce, reduce-scatter, all-gather and broadcast over 2 and
-#                 4 local ranks (cuda_coll_check under ringrun), staged through host memory
-#                 and with RING_CUDA_IPC=1 over CUDA IPC, where the build has the device path
-#  5. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
-#                 (target: ratio >= 0.9 at >= 256 MiB); ring_perf -G both over TCP with 2 ranks
-#                 (device within 15 % of host busbw) and -G cuda over CUDA IPC with 4 ranks;
-#                 reported, not a failure
+#  2. tests:      the kernel checks (perf/cuda/cuda_kernel_check: every dtype x op against the
+#                 host reduction, odd lengths and offsets, the public API on device memory).
+#                 `meson test --suite cuda` runs the same program, but also the emulated
+#                 tests that CI already runs: not worth a borrowed GPU's time
+#  3. coll:       device-buffer all-reduce, reduce-scatter, all-gather and broadcast over 2 and
+#                 4 local ranks (cuda_coll_check under ringrun): direct over CUDA IPC (the
+#                 default on one host), staged through host memory (RING_CUDA_IPC=0, 64 KiB
+#                 chunks so that the ring has many messages) and over the ring's CUDA IPC links
+#                 (RING_CUDA_IPC=ring); 3 ranks mixing host and device buffers in one call; a
+#                 rank that dies and a call that differs, in a direct collective
+#  4. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
+#                 (target: ratio >= 0.9 at >= 256 MiB), and the many-input kernel; ring_perf -G
+#                 both over TCP with 2 ranks (device within 15 % of host busbw), -G cuda with 4
+#                 ranks direct (the default) and over the ring's CUDA IPC links; reported, not
+#                 a failure
+#  5. sanitizer:  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the kernel
+#                 checks (--quick: short lengths), and memcheck on 2 ranks' collectives
 #
 # Logs go to DIR (default perf/results/cuda-<UTC date>-<GPU>/), at most 8 files so that a
 # remote session can bring them back: summary.txt (machine, GPU, driver, date, every command
@@ -36,15 +43,17 @@ root=$PWD
 
 build=build-gpu
 results=
-steps=tests,sanitizer,coll,bench
+steps=tests,coll,bench,sanitizer
+step_timeout=0
 while [ $# -gt 0 ]; do
     case $1 in
     --build) build=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --step-timeout) step_timeout=$2; shift 2 ;;
     --no-bench) steps=${steps//bench/}; shift ;;
     --no-sanitizer) steps=${steps//sanitizer/}; shift ;;
-    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "gpu_checks.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -93,12 +102,16 @@ gpu_skip=0
 step() {
     local name=$1 log=$2
     shift 2
-    local t0=$SECONDS rc
+    local t0=$SECONDS rc limit=()
+    # timeout(1) runs programs, not this script's functions (the build): those run unlimited.
+    [ "$step_timeout" != 0 ] && ! declare -F "$1" >/dev/null && limit=(timeout -k 10 "$step_timeout")
     echo "==== $name: $*" | tee -a "$log"
-    "$@" >>"$log" 2>&1
+    "${limit[@]}" "$@" >>"$log" 2>&1
     rc=$?
     local status=PASS
-    if [ $rc -eq 77 ]; then status=SKIP; gpu_skip=1; elif [ $rc -ne 0 ]; then status="FAIL(rc=$rc)"; failed=1; fi
+    if [ $rc -eq 77 ]; then status=SKIP; gpu_skip=1
+    elif [ $rc -eq 124 ] && [ ${#limit[@]} -gt 0 ]; then status="TIMEOUT(${step_timeout}s)"; failed=1
+    elif [ $rc -ne 0 ]; then status="FAIL(rc=$rc)"; failed=1; fi
     printf '%-12s %-24s %5ss  %s  %s\n' "$status" "$name" $((SECONDS - t0)) "$(basename "$log")" "$*" | tee -a "$summary"
     return $rc
 }
@@ -115,37 +128,26 @@ if ! step build "$results/build.log" build_it; then
 fi
 
 if want tests; then
-    step tests "$results/tests.log" meson test -C "$build" --suite cuda --print-errorlogs --num-processes 1
-    # The kernel checks' own report (GPU, cases per dtype) in the log, whatever meson shows.
     step kernel-check "$results/tests.log" "$build/perf/cuda/cuda_kernel_check"
-fi
-
-if [ $sanitizer = 1 ]; then
-    if command -v compute-sanitizer >/dev/null; then
-        for tool in memcheck racecheck synccheck initcheck; do
-            extra=()
-            [ $tool = memcheck ] && extra=(--leak-check full)
-            step "sanitizer-$tool" "$results/sanitizer.log" compute-sanitizer --tool $tool "${extra[@]}" \
-                --error-exitcode 3 "$build/perf/cuda/cuda_kernel_check" --quick
-        done
-    else
-        echo "SKIP         sanitizer                    compute-sanitizer not found" | tee -a "$summary"
-    fi
 fi
 
 # The device-buffer collectives across processes (built only where the device path is).
 if { want coll || want allreduce; } && [ -x "$build/perf/cuda/cuda_coll_check" ]; then
+    cc=$build/perf/cuda/cuda_coll_check
+    rr=("$build/tools/ringrun" --timeout 300)
     for n in 2 4; do
-        step "coll-n$n" "$results/coll.log" "$build/tools/ringrun" -n $n --timeout 300 \
-            "$build/perf/cuda/cuda_coll_check"
-        # The same over CUDA IPC links (every rank on the same GPU when there is one).
-        step "coll-ipc-n$n" "$results/coll.log" env RING_CUDA_IPC=1 "$build/tools/ringrun" -n $n --timeout 300 \
-            "$build/perf/cuda/cuda_coll_check" --expect-ipc
+        step "coll-direct-n$n" "$results/coll.log" "${rr[@]}" -n $n "$cc" --expect-direct
+        # 64 KiB chunks: the ring has many messages and reuses every staging slot.
+        step "coll-staged-n$n" "$results/coll.log" env RING_CUDA_IPC=0 RING_CHUNK_BYTES=64K "${rr[@]}" -n $n "$cc" \
+            --expect-no-direct
+        step "coll-ipc-n$n" "$results/coll.log" env RING_CUDA_IPC=ring RING_CHUNK_BYTES=64K "${rr[@]}" -n $n "$cc" \
+            --expect-ipc
     done
-    if [ $sanitizer = 1 ] && command -v compute-sanitizer >/dev/null; then
-        step "coll-memcheck" "$results/coll.log" "$build/tools/ringrun" -n 2 --timeout 300 \
-            compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" --quick
-    fi
+    # Host and device buffers in one call (odd ranks host): never direct, staged for all.
+    step "coll-mixed-n3" "$results/coll.log" "${rr[@]}" -n 3 "$cc" --mixed --expect-no-direct
+    for f in dies mismatch; do
+        step "coll-direct-$f" "$results/coll.log" env RING_TIMEOUT_MS=30000 "${rr[@]}" -n 3 "$cc" --direct-$f
+    done
 fi
 
 if [ $bench = 1 ]; then
@@ -156,12 +158,38 @@ if [ $bench = 1 ]; then
     # BW_copy from reduce_bw's copy column above).
     step bench-staged "$results/bench.log" env RING_TRANSPORT=tcp "$build/tools/ringrun" -n 2 --timeout 500 \
         "$build/perf/ring_perf" -G both -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
-    step bench-ipc "$results/bench.log" env RING_CUDA_IPC=1 "$build/tools/ringrun" -n 4 --timeout 500 \
+    step bench-direct "$results/bench.log" "$build/tools/ringrun" -n 4 --timeout 500 \
         "$build/perf/ring_perf" -G cuda -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
+    step bench-ipc "$results/bench.log" env RING_CUDA_IPC=ring "$build/tools/ringrun" -n 4 --timeout 500 \
+        "$build/perf/ring_perf" -G cuda -C allreduce -b 64M -e 256M -f 4 -n 5 -w 2 -c 1
     step bench-ops "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 256M -e 256M -d float32,bfloat16,float16 -o all \
         --final 4
+    # The direct collectives' kernel: 4 inputs (a 4-rank block), (4 + 1) x bytes moved.
+    step bench-multi "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 16M -e 256M -f 4 -d float32,bfloat16 -o sum \
+        --inputs 4
     grep -h '^# lowest ratio' "$results/bench.log" | sed 's/^# /bench:  /' >>"$summary"
 fi
+
+if [ $sanitizer = 1 ]; then
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck synccheck initcheck; do
+            extra=()
+            [ $tool = memcheck ] && extra=(--leak-check full)
+            step "sanitizer-$tool" "$results/sanitizer.log" compute-sanitizer --tool $tool "${extra[@]}" \
+                --error-exitcode 3 "$build/perf/cuda/cuda_kernel_check" --quick
+        done
+        if [ -x "$build/perf/cuda/cuda_coll_check" ]; then
+            step "coll-memcheck" "$results/sanitizer.log" env RING_CUDA_IPC=0 RING_CHUNK_BYTES=64K "$build/tools/ringrun" \
+                -n 2 --timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" \
+                --quick
+            step "coll-direct-memcheck" "$results/sanitizer.log" "$build/tools/ringrun" -n 2 --timeout 300 \
+                compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" --quick
+        fi
+    else
+        echo "SKIP         sanitizer                    compute-sanitizer not found" | tee -a "$summary"
+    fi
+fi
+
 
 echo >>"$summary"
 if [ $failed != 0 ]; then

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda/coll.h"
+#include "cuda/direct.h"
 #include "cuda/mem.h"
 #include "engine.h"
 #include "param.h"
@@ -138,6 +139,8 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 #if RING_HAVE_CUDA
     /* Device buffers (src/cuda/coll.c): accepted at issue time, run here. */
     if (op->mem_device) return ring__cuda_run_op(comm, op);
+    /* Ranks with device buffers on this host read this call's record (src/cuda/direct.c). */
+    ring__direct_note(comm, op);
 #endif
     if (comm->nranks == 1) {
         /* One rank: the result is the input (x / 1 == x for AVG in every type). */

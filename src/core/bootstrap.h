@@ -36,6 +36,9 @@ static inline uint32_t ring__layout_key(size_t chunk_bytes, int depth)
 /* This rank has a verbs port and takes RDMA from peers on other hosts (or from all peers with
  * RING_TRANSPORT=rdma). */
 #define RING__PEER_RDMA 2u
+/* This rank takes part in direct collectives over CUDA IPC (src/cuda/direct.c): a CUDA build
+ * with RING_CUDA_IPC=auto or 1. */
+#define RING__PEER_CUDA_DIRECT 4u
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */

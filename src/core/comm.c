@@ -30,6 +30,7 @@
 #include "transport.h"
 #if RING_HAVE_CUDA
 #include "cuda/coll.h"
+#include "cuda/direct.h"
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #endif
@@ -371,6 +372,12 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     if (comm->params.transport == RING__TP_AUTO || comm->params.transport == RING__TP_SHM) {
         RING_CHECK(ring__shm_transport.init(comm, &comm->shm_ctx));
         mine.flags |= RING__PEER_SHM;
+#if RING_HAVE_CUDA
+        /* The direct path's page lives in RING_SHM_DIR, which the shared-memory transport may
+         * do without (it falls back to TCP): offer the path only where the page can be made. */
+        if (ring__cuda_ipc_direct(comm->params.cuda_ipc) && access(comm->params.shm_dir, W_OK | X_OK) == 0)
+            mine.flags |= RING__PEER_CUDA_DIRECT;
+#endif
         int swept = ring__shm_sweep(comm->params.shm_dir);
         if (swept)
             RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "removed %d shared-memory segment(s) of dead processes from %s",
@@ -441,6 +448,9 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         int np = ring__rd_partners(comm->rank, n, partners);
         RING_CHECK(ring__conn_establish(comm, partners, np, partners, np, deadline));
     }
+#if RING_HAVE_CUDA
+    RING_CHECK(ring__direct_setup(comm));
+#endif
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s over %s, right %s over %s%s",
              comm->peer_desc[0], ring__tp_of(comm->recv_left)->name, comm->peer_desc[1], ring__tp_of(comm->send_right)->name,
              comm->all_shm ? " (every ring edge on one host: shared-memory defaults)" : "");
@@ -570,6 +580,7 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     ring__watch_stop(comm);
 #if RING_HAVE_CUDA
     ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */
+    ring__direct_fini(comm);
 #endif
     release_network(comm); /* drops the verbs registrations with their device */
 #if RING_HAVE_CUDA

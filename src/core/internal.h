@@ -99,7 +99,7 @@ typedef struct ring__params {
     uint8_t secret[16];
     int secret_set;
     char ifname[128];
-    int cuda_ipc; /* RING_CUDA_IPC: device collectives between same-host neighbours over CUDA IPC */
+    int cuda_ipc; /* RING_CUDA_IPC: RING__CUDA_IPC_* (src/cuda/direct.h): direct collectives, ring links */
     int ib_gdr;   /* RING_IB_GDR: GPUDirect RDMA for device buffers over verbs; -1 auto, 0 off, 1 required */
 } ring__params_t;
 
@@ -159,6 +159,9 @@ struct ring_comm {
      * device they are bound to (-1: none yet), claimed when that call is accepted. */
     void *cuda_ipc;
     atomic_int cuda_ipc_device;
+    /* Direct collectives over CUDA IPC when every rank is on this host (src/cuda/direct.c):
+     * the shared page and the mappings of peers' buffers; NULL where they do not apply. */
+    void *cuda_direct;
     /* Device staging sets of failed calls (src/cuda/coll.c): transport requests may still
      * point into them, so they are freed only after the connections are closed. */
     void *cuda_dead;

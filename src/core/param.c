@@ -242,9 +242,14 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     } else {
         snprintf(p->shm_dir, sizeof p->shm_dir, "/dev/shm");
     }
-    v = 0;
-    RING_CHECK(env_int("RING_CUDA_IPC", 0, 1, &v));
-    p->cuda_ipc = (int)v;
+    {
+        /* src/cuda/direct.h's RING__CUDA_IPC_* */
+        static const char *const names[] = {"auto", "0", "1", "ring"};
+        static const int values[] = {-1, 0, 1, 2};
+        p->cuda_ipc = -1;
+        RING_CHECK(env_choice("RING_CUDA_IPC", names, values, (int)(sizeof names / sizeof *names),
+                              "auto, 0, 1 or ring", &p->cuda_ipc));
+    }
     {
         static const char *const names[] = {"auto", "0", "1"};
         static const int values[] = {-1, 0, 1};

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cuda/coll.h"
+#include "cuda/direct.h"
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #include "cuda/mem.h"
@@ -193,7 +194,7 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
                             "ring_%s: device buffers must be aligned to the %zu-byte element size of %s "
                             "(sendbuf %p, recvbuf %p)",
                             name, es, ring__dtype_name(op->dtype), op->sendbuf, (void *)op->recvbuf);
-    if (comm->params.cuda_ipc) {
+    if (ring__cuda_ipc_links(comm->params.cuda_ipc)) {
         /* The CUDA IPC links are made on the device of the first device collective and stay
          * there: claimed here, in issue order, before anything is sent. */
         int bound = -1;
@@ -318,7 +319,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     void *dsend = NULL, *drecv = NULL;
     int got_desc = 0, sent_desc = 0;
     /* CUDA IPC (ipc.c): the link messages, and the links' first message numbers this call. */
-    const int ipc_on = comm->params.cuda_ipc;
+    const int ipc_on = ring__cuda_ipc_links(comm->params.cuda_ipc);
     ring__ipc_call_t ic = {.tx = 0, .rx = 0};
     void *lsend = NULL, *lrecv = NULL;
     int sent_link = !ipc_on, got_link = !ipc_on;
@@ -655,6 +656,10 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
         rc = ring__cuda_memcpy_async(comm, op->recvbuf, op->sendbuf, bytes, S->st);
         return rc == RING_OK ? ring__cuda_stream_sync(comm, S->st) : rc;
     }
+    /* Every rank on this host with device buffers: read the peers' buffers in place. */
+    int ran = 0;
+    rc = ring__direct_run(comm, op, S->st, &ran);
+    if (rc != RING_OK || ran) return rc;
     int algo = ring__algo_for(comm, op->coll, bytes);
     if (algo == RING__ALGO_RD || algo == RING__ALGO_RH || algo == RING__ALGO_TREE)
         return whole_staged(comm, op, algo, S, quarantine);

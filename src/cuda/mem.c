@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda/mem.h"
 #include "cuda/mem_abi.h"
@@ -65,16 +66,24 @@ void ring__mem_set_driver_for_tests(ring__cu_get_attrs_fn fn)
 static struct {
     uintptr_t base;
     size_t len;
+    uint64_t id;
 } fake_ranges[4];
+static uint64_t fake_next_id = 1;
 
 static int fake_ranges_get_attrs(unsigned n, int *attrs, void **data, unsigned long long ptr)
 {
-    int in = 0;
-    for (int r = 0; r < 4; r++) in |= ptr >= fake_ranges[r].base && ptr - fake_ranges[r].base < fake_ranges[r].len;
+    int in = -1;
+    for (int r = 0; r < 4; r++)
+        if (ptr >= fake_ranges[r].base && ptr - fake_ranges[r].base < fake_ranges[r].len) in = r;
     for (unsigned i = 0; i < n; i++) {
-        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = in ? RING__CU_MEMORYTYPE_DEVICE : 0;
+        if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = in >= 0 ? RING__CU_MEMORYTYPE_DEVICE : 0;
         else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_MANAGED) *(unsigned *)data[i] = 0;
-        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in ? 0 : -1;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = in >= 0 ? 0 : -1;
+        else if (in < 0) continue; /* the driver answers the range attributes for its own memory only */
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_BUFFER_ID) *(unsigned long long *)data[i] = fake_ranges[in].id;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) *(unsigned *)data[i] = 1;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(unsigned long long *)data[i] = fake_ranges[in].base;
+        else if (attrs[i] == RING__CU_POINTER_ATTRIBUTE_RANGE_SIZE) *(size_t *)data[i] = fake_ranges[in].len;
     }
     return 0;
 }
@@ -84,7 +93,40 @@ void ring__mem_fake_device_range(int slot, const void *base, size_t len)
     if (slot < 0 || slot >= 4) return;
     fake_ranges[slot].base = (uintptr_t)base;
     fake_ranges[slot].len = len;
+    fake_ranges[slot].id = fake_next_id++;
     ring__mem_set_driver_for_tests(fake_ranges_get_attrs);
+}
+
+static ring__cu_get_attrs_fn get_attrs(void)
+{
+    ring__cu_get_attrs_fn ga = atomic_load_explicit(&test_get_attrs, memory_order_acquire);
+    if (!ga) {
+        pthread_once(&probe_once, probe);
+        ga = drv_get_attrs;
+    }
+    return ga;
+}
+
+ring_result_t ring__mem_range(ring_comm_t *comm, const void *ptr, ring__mem_range_t *out)
+{
+    ring__cu_get_attrs_fn ga = get_attrs();
+    unsigned long long base = 0, id = 0;
+    size_t size = 0;
+    unsigned capable = 0;
+    memset(out, 0, sizeof *out);
+    if (!ga) return ring__seterr(comm, RING_ERR_UNSUPPORTED, "no NVIDIA driver");
+    int attrs[4] = {RING__CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, RING__CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                    RING__CU_POINTER_ATTRIBUTE_BUFFER_ID, RING__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+    void *data[4] = {&base, &size, &id, &capable};
+    int r = ga(4, attrs, data, (unsigned long long)(uintptr_t)ptr);
+    if (r != RING__CUDA_SUCCESS || !base || !size || (uintptr_t)ptr < base || (uintptr_t)ptr - base >= size)
+        return ring__seterr(comm, RING_ERR_UNSUPPORTED, "cuPointerGetAttributes cannot tell which allocation %p is in (%d)",
+                            ptr, r);
+    out->base = (uintptr_t)base;
+    out->size = size;
+    out->id = id;
+    out->ipc_capable = capable != 0;
+    return RING_OK;
 }
 
 const char *ring__mem_kind_name(ring__mem_kind_t kind)
@@ -103,11 +145,7 @@ ring_result_t ring__mem_kind(ring_comm_t *comm, const void *ptr, ring__mem_kind_
     *kind = RING__MEM_HOST;
     if (device) *device = -1;
     if (!ptr) return RING_OK;
-    ring__cu_get_attrs_fn ga = atomic_load_explicit(&test_get_attrs, memory_order_acquire);
-    if (!ga) {
-        pthread_once(&probe_once, probe);
-        ga = drv_get_attrs;
-    }
+    ring__cu_get_attrs_fn ga = get_attrs();
     if (!ga) return RING_OK; /* no driver: nothing can be device memory */
 
     /* Defaults for a pointer the driver does not know: it writes nothing or zeros. */

@@ -35,7 +35,22 @@ typedef enum {
  */
 ring_result_t ring__mem_kind(ring_comm_t *comm, const void *ptr, ring__mem_kind_t *kind, int *device);
 
-const char *ring__mem_kind_name(ring__mem_kind_t kind); /* "host", "pinned host", "managed", "device" */
+const char *ring__mem_kind_name(ring__mem_kind_t kind);
+
+/*
+ * The allocation that device pointer ptr lies in, for CUDA IPC of user buffers
+ * (src/cuda/direct.c): its base and size, the driver's buffer id (unique per allocation for
+ * the process's lifetime, so a freed and reallocated range gets a new one) and whether
+ * cudaIpcGetMemHandle can export it (not for cudaMallocAsync pools or cuMemCreate memory).
+ * RING_ERR_UNSUPPORTED when the driver cannot say.
+ */
+typedef struct ring__mem_range {
+    uintptr_t base;
+    size_t size;
+    uint64_t id;
+    int ipc_capable;
+} ring__mem_range_t;
+ring_result_t ring__mem_range(ring_comm_t *comm, const void *ptr, ring__mem_range_t *out); /* "host", "pinned host", "managed", "device" */
 
 /*
  * The check api.c makes on a validated call with buffers (count > 0): RING_OK when every
@@ -62,7 +77,8 @@ void ring__mem_set_driver_for_tests(ring__cu_get_attrs_fn fn);
 /*
  * Tests only: install a stand-in driver that calls range `slot` (0..3: [base, base + len),
  * len 0 clears it) device memory of device 0 and every other address host memory, for
- * programs that run the device path with the GPU emulated (ring__cuda_set_emulation).
+ * programs that run the device path with the GPU emulated (ring__cuda_set_emulation). Each
+ * range is one allocation to ring__mem_range (a new id each time a slot is set).
  */
 void ring__mem_fake_device_range(int slot, const void *base, size_t len);
 

@@ -14,6 +14,11 @@
 #define RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2    /* CUmemorytype (unsigned int) */
 #define RING__CU_POINTER_ATTRIBUTE_IS_MANAGED 8     /* boolean (written as unsigned int) */
 #define RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9 /* int */
+/* For CUDA IPC of user buffers (src/cuda/direct.c): which allocation a pointer is in. */
+#define RING__CU_POINTER_ATTRIBUTE_BUFFER_ID 7                  /* unsigned long long, never reused in a process */
+#define RING__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10 /* boolean: cudaIpcGetMemHandle works on it */
+#define RING__CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11          /* CUdeviceptr: the allocation's base */
+#define RING__CU_POINTER_ATTRIBUTE_RANGE_SIZE 12                /* size_t: the allocation's size */
 
 #define RING__CU_MEMORYTYPE_HOST 1
 #define RING__CU_MEMORYTYPE_DEVICE 2

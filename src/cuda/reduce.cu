@@ -145,6 +145,12 @@ template <> struct Raw<4> { typedef unsigned type; };
 template <> struct Raw<2> { typedef unsigned short type; };
 template <> struct Raw<1> { typedef unsigned char type; };
 
+/* One access of VB bytes, as raw bits or as elements. */
+template <typename T, int VB> union VecOf {
+    typename Raw<VB>::type raw;
+    T e[VB / sizeof(T)];
+};
+
 /*
  * VB bytes per access: kVec (the vector body), or sizeof(T) (single elements; head and tail
  * are then 0). Elements [0, head) and [head + nvec*W, head + nvec*W + tail) one by one, the
@@ -157,10 +163,7 @@ __host__ __device__ __forceinline__ void reduce_thread(size_t tid, size_t stride
 {
     constexpr int W = VB / (int)sizeof(T);
     typedef typename Raw<VB>::type R;
-    union Vec {
-        R raw;
-        T e[W];
-    };
+    typedef VecOf<T, VB> Vec;
     const size_t body_end = head + nvec * W;
     if (tid < head) dst[tid] = Ops::template apply<OP>(a[tid], b[tid], nranks);
     if (tid < tail) dst[body_end + tid] = Ops::template apply<OP>(a[body_end + tid], b[body_end + tid], nranks);
@@ -201,6 +204,91 @@ reduce_kernel(T *dst, const T *a, const T *b, size_t head, size_t nvec, size_t t
                                   a, b, head, nvec, tail, nranks);
 }
 
+/*
+ * Many inputs (ring__cuda_reduce_multi): dst = ((s0 op s1) op s2) ... op s[n-1], one rounding
+ * per step as in a chain of the two-input kernel, the last step the final one (AVG divides
+ * there). Each thread keeps its kUnroll vectors in registers across the inputs, so dst is
+ * written once and each input read once: (n + 1) x bytes instead of 3(n - 1) x bytes.
+ */
+struct Srcs {
+    const void *p[RING__CUDA_MULTI_MAX];
+};
+
+template <int OP> struct StepOp {
+    static constexpr int value = OP == RING_AVG ? RING_SUM : OP; /* AVG divides at the last step only */
+};
+
+template <class Ops, typename T, int OP>
+__host__ __device__ __forceinline__ T combine(const Srcs &s, int n, size_t j, int nranks)
+{
+    T v = static_cast<const T *>(s.p[0])[j];
+    for (int k = 1; k < n; k++) {
+        T y = static_cast<const T *>(s.p[k])[j];
+        v = k == n - 1 ? Ops::template apply<OP>(v, y, nranks) : Ops::template apply<StepOp<OP>::value>(v, y, nranks);
+    }
+    return v;
+}
+
+template <class Ops, typename T, int OP, int VB>
+__host__ __device__ __forceinline__ void multi_thread(size_t tid, size_t stride, T *dst, const Srcs &s, int n,
+                                                      size_t head, size_t nvec, size_t tail, int nranks)
+{
+    constexpr int W = VB / (int)sizeof(T);
+    typedef typename Raw<VB>::type R;
+    typedef VecOf<T, VB> Vec;
+    const size_t body_end = head + nvec * W;
+    if (tid < head) dst[tid] = combine<Ops, T, OP>(s, n, tid, nranks);
+    if (tid < tail) dst[body_end + tid] = combine<Ops, T, OP>(s, n, body_end + tid, nranks);
+
+    R *vd = reinterpret_cast<R *>(dst + head);
+    size_t i = tid;
+    for (; i + (kUnroll - 1) * stride < nvec; i += kUnroll * stride) {
+        Vec x[kUnroll], y[kUnroll];
+        const R *v0 = reinterpret_cast<const R *>(static_cast<const T *>(s.p[0]) + head);
+UNROLL
+        for (int u = 0; u < kUnroll; u++) x[u].raw = v0[i + u * stride];
+        for (int k = 1; k < n; k++) {
+            const R *vk = reinterpret_cast<const R *>(static_cast<const T *>(s.p[k]) + head);
+UNROLL
+            for (int u = 0; u < kUnroll; u++) y[u].raw = vk[i + u * stride];
+            if (k == n - 1) {
+UNROLL
+                for (int u = 0; u < kUnroll; u++)
+UNROLL
+                    for (int e = 0; e < W; e++) x[u].e[e] = Ops::template apply<OP>(x[u].e[e], y[u].e[e], nranks);
+            } else {
+UNROLL
+                for (int u = 0; u < kUnroll; u++)
+UNROLL
+                    for (int e = 0; e < W; e++)
+                        x[u].e[e] = Ops::template apply<StepOp<OP>::value>(x[u].e[e], y[u].e[e], nranks);
+            }
+        }
+UNROLL
+        for (int u = 0; u < kUnroll; u++) vd[i + u * stride] = x[u].raw;
+    }
+    for (; i < nvec; i += stride) {
+        Vec x, y;
+        x.raw = reinterpret_cast<const R *>(static_cast<const T *>(s.p[0]) + head)[i];
+        for (int k = 1; k < n; k++) {
+            y.raw = reinterpret_cast<const R *>(static_cast<const T *>(s.p[k]) + head)[i];
+UNROLL
+            for (int e = 0; e < W; e++)
+                x.e[e] = k == n - 1 ? Ops::template apply<OP>(x.e[e], y.e[e], nranks)
+                                    : Ops::template apply<StepOp<OP>::value>(x.e[e], y.e[e], nranks);
+        }
+        vd[i] = x.raw;
+    }
+}
+
+template <class Ops, typename T, int OP, int VB>
+__global__ void __launch_bounds__(kThreads)
+multi_kernel(T *dst, Srcs s, int n, size_t head, size_t nvec, size_t tail, int nranks)
+{
+    multi_thread<Ops, T, OP, VB>((size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x, dst, s,
+                                 n, head, nvec, tail, nranks);
+}
+
 /* Tests without a GPU: the same per-thread code on the CPU, for `emulate` threads one after
  * another (each element belongs to one thread, so the order does not matter). 0: the GPU. */
 thread_local size_t emulate;
@@ -218,29 +306,48 @@ cudaError_t grid_for(size_t work, unsigned *blocks)
     return cudaSuccess;
 }
 
-template <class Ops, typename T, int OP, int VB>
-cudaError_t launch(T *dst, const T *a, const T *b, size_t head, size_t nvec, size_t tail, int nranks,
-                   cudaStream_t stream)
+/* One grid-stride wave for the larger of head, nvec and tail, on stream. */
+cudaError_t launch_config(size_t head, size_t nvec, size_t tail, cudaStream_t stream, cudaLaunchConfig_t *cfg)
 {
-    if (emulate) {
-        for (size_t t = 0; t < emulate; t++) reduce_thread<Ops, T, OP, VB>(t, emulate, dst, a, b, head, nvec, tail, nranks);
-        return cudaSuccess;
-    }
     size_t work = nvec > head ? nvec : head;
     if (tail > work) work = tail;
-    cudaLaunchConfig_t cfg = {};
-    cudaError_t e = grid_for(work, &cfg.gridDim.x);
+    *cfg = cudaLaunchConfig_t{};
+    cudaError_t e = grid_for(work, &cfg->gridDim.x);
+    cfg->gridDim.y = cfg->gridDim.z = 1;
+    cfg->blockDim = dim3(kThreads, 1, 1);
+    cfg->stream = stream;
+    return e;
+}
+
+/* Either kernel (s != NULL: the many-input one on s->p[0..n)), or its threads on the CPU. */
+template <class Ops, typename T, int OP, int VB>
+cudaError_t launch(T *dst, const T *a, const T *b, const Srcs *s, int n, size_t head, size_t nvec, size_t tail,
+                   int nranks, cudaStream_t stream)
+{
+    for (size_t t = 0; t < emulate; t++) {
+        if (s) multi_thread<Ops, T, OP, VB>(t, emulate, dst, *s, n, head, nvec, tail, nranks);
+        else reduce_thread<Ops, T, OP, VB>(t, emulate, dst, a, b, head, nvec, tail, nranks);
+    }
+    if (emulate) return cudaSuccess;
+    cudaLaunchConfig_t cfg;
+    cudaError_t e = launch_config(head, nvec, tail, stream, &cfg);
     if (e != cudaSuccess) return e;
-    cfg.gridDim.y = cfg.gridDim.z = 1;
-    cfg.blockDim = dim3(kThreads, 1, 1);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cfg.attrs = nullptr;
-    cfg.numAttrs = 0;
     /* cudaLaunchKernelEx rather than <<<>>>: the launch stub nvcc generates keeps its kernel
      * handle in a function-local static, which needs C++'s thread-safe statics (libstdc++);
      * the library is C and builds with -fno-threadsafe-statics. */
+    if (s) return cudaLaunchKernelEx(&cfg, multi_kernel<Ops, T, OP, VB>, dst, *s, n, head, nvec, tail, nranks);
     return cudaLaunchKernelEx(&cfg, reduce_kernel<Ops, T, OP, VB>, dst, a, b, head, nvec, tail, nranks);
+}
+
+/* The vector body's split of n elements at dst: single elements up to dst's first 16-byte
+ * boundary (head), whole vectors, the rest one by one (tail). */
+template <typename T> void split(const T *dst, size_t n, size_t *head, size_t *nvec, size_t *tail)
+{
+    constexpr size_t W = kVec / sizeof(T);
+    *head = ((kVec - (uintptr_t)dst % kVec) % kVec) / sizeof(T);
+    if (*head > n) *head = n;
+    *nvec = (n - *head) / W;
+    *tail = n - *head - *nvec * W;
 }
 
 /* The vector body where dst, a and b agree modulo 16, else single elements. */
@@ -250,27 +357,44 @@ cudaError_t run_op(void *dstv, const void *av, const void *bv, size_t n, int nra
     T *dst = static_cast<T *>(dstv);
     const T *a = static_cast<const T *>(av), *b = static_cast<const T *>(bv);
     const uintptr_t d = (uintptr_t)dst % kVec;
-    if ((uintptr_t)a % kVec == d && (uintptr_t)b % kVec == d) {
-        constexpr size_t W = kVec / sizeof(T);
-        size_t head = ((kVec - d) % kVec) / sizeof(T);
-        if (head > n) head = n;
-        size_t nvec = (n - head) / W;
-        size_t tail = n - head - nvec * W;
-        return launch<Ops, T, OP, kVec>(dst, a, b, head, nvec, tail, nranks, stream);
-    }
-    return launch<Ops, T, OP, (int)sizeof(T)>(dst, a, b, 0, n, 0, nranks, stream);
+    if ((uintptr_t)a % kVec != d || (uintptr_t)b % kVec != d)
+        return launch<Ops, T, OP, (int)sizeof(T)>(dst, a, b, nullptr, 0, 0, n, 0, nranks, stream);
+    size_t head, nvec, tail;
+    split(dst, n, &head, &nvec, &tail);
+    return launch<Ops, T, OP, kVec>(dst, a, b, nullptr, 0, head, nvec, tail, nranks, stream);
+}
+
+/* The same for many inputs: the vector body where dst and every input agree modulo 16. */
+template <class Ops, typename T, int OP>
+cudaError_t run_multi_op(void *dstv, const Srcs &s, int nsrc, size_t n, int nranks, cudaStream_t stream)
+{
+    T *dst = static_cast<T *>(dstv);
+    bool congruent = true;
+    for (int k = 0; k < nsrc; k++) congruent = congruent && (uintptr_t)s.p[k] % kVec == (uintptr_t)dst % kVec;
+    if (!congruent) return launch<Ops, T, OP, (int)sizeof(T)>(dst, nullptr, nullptr, &s, nsrc, 0, n, 0, nranks, stream);
+    size_t head, nvec, tail;
+    split(dst, n, &head, &nvec, &tail);
+    return launch<Ops, T, OP, kVec>(dst, nullptr, nullptr, &s, nsrc, head, nvec, tail, nranks, stream);
+}
+
+/* One entry for both kernels: s == NULL is the two-input kernel on a and b. */
+template <class Ops, typename T, int OP>
+cudaError_t run_any(void *dst, const void *a, const void *b, const Srcs *s, int nsrc, size_t n, int nranks,
+                    cudaStream_t stream)
+{
+    return s ? run_multi_op<Ops, T, OP>(dst, *s, nsrc, n, nranks, stream) : run_op<Ops, T, OP>(dst, a, b, n, nranks, stream);
 }
 
 template <class Ops, typename T>
-cudaError_t run_dtype(void *dst, const void *a, const void *b, size_t n, ring_op_t op, int nranks,
-                      cudaStream_t stream)
+cudaError_t run_dtype(void *dst, const void *a, const void *b, const Srcs *s, int nsrc, size_t n, ring_op_t op,
+                      int nranks, cudaStream_t stream)
 {
     switch (op) {
-    case RING_SUM: return run_op<Ops, T, RING_SUM>(dst, a, b, n, nranks, stream);
-    case RING_PROD: return run_op<Ops, T, RING_PROD>(dst, a, b, n, nranks, stream);
-    case RING_MIN: return run_op<Ops, T, RING_MIN>(dst, a, b, n, nranks, stream);
-    case RING_MAX: return run_op<Ops, T, RING_MAX>(dst, a, b, n, nranks, stream);
-    case RING_AVG: return run_op<Ops, T, RING_AVG>(dst, a, b, n, nranks, stream);
+    case RING_SUM: return run_any<Ops, T, RING_SUM>(dst, a, b, s, nsrc, n, nranks, stream);
+    case RING_PROD: return run_any<Ops, T, RING_PROD>(dst, a, b, s, nsrc, n, nranks, stream);
+    case RING_MIN: return run_any<Ops, T, RING_MIN>(dst, a, b, s, nsrc, n, nranks, stream);
+    case RING_MAX: return run_any<Ops, T, RING_MAX>(dst, a, b, s, nsrc, n, nranks, stream);
+    case RING_AVG: return run_any<Ops, T, RING_AVG>(dst, a, b, s, nsrc, n, nranks, stream);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -282,37 +406,47 @@ const char *dtype_label(ring_dtype_t dt)
     return (unsigned)dt < RING_DTYPE_COUNT ? names[dt] : "?";
 }
 
-ring_result_t reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
-                     ring_dtype_t dtype, ring_op_t op, int nranks, cudaStream_t stream)
+/* Both kernels' checks and dispatch; s != NULL: the many-input kernel on s->p[0..nsrc). */
+ring_result_t reduce_any(ring_comm_t *comm, void *dst, const void *a, const void *b, const Srcs *s, int nsrc,
+                         size_t count, ring_dtype_t dtype, ring_op_t op, int nranks, cudaStream_t stream)
 {
-    const char *what = nranks ? "ring__cuda_reduce_final" : "ring__cuda_reduce";
+    const char *what = s ? "ring__cuda_reduce_multi" : nranks ? "ring__cuda_reduce_final" : "ring__cuda_reduce";
     if ((unsigned)dtype >= RING_DTYPE_COUNT || (unsigned)op >= RING_OP_COUNT)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: invalid dtype %d or op %d", what, (int)dtype, (int)op);
+    if (s && (nsrc < 2 || nsrc > RING__CUDA_MULTI_MAX))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: %d inputs (2 to %d)", what, nsrc, RING__CUDA_MULTI_MAX);
     if (count == 0) return RING_OK;
     size_t es = ring_dtype_size(dtype);
-    if (!dst || !a || !b)
-        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: NULL pointer with count %zu", what, count);
-    if (((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) % es)
-        return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                            "%s: %s buffers must be aligned to %zu bytes (dst %p, a %p, b %p)", what,
-                            dtype_label(dtype), es, dst, a, b);
+    uintptr_t bits = (uintptr_t)dst;
+    bool null = !dst;
+    if (s) {
+        for (int k = 0; k < nsrc; k++) bits |= (uintptr_t)s->p[k], null = null || !s->p[k];
+    } else {
+        bits |= (uintptr_t)a | (uintptr_t)b;
+        null = null || !a || !b;
+    }
+    if (null) return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: NULL pointer with count %zu", what, count);
+    if (bits % es)
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: %s buffers must be aligned to %zu bytes (dst %p, a %p, b %p)",
+                            what, dtype_label(dtype), es, dst, s ? s->p[0] : a, s ? s->p[1] : b);
     if (op == RING_AVG && nranks == 0) op = RING_SUM; /* not the final step, as on the host */
     /* Tests without a GPU (ring__cuda_set_emulation): queue it on the emulated stream, which
-     * runs it later through ring__cuda_reduce_emulated (emulate != 0 then). */
+     * runs it later through the emulated entries below (emulate != 0 then). */
     if (!emulate && ring__cuda_emulating())
-        return ring__cuda_emu_reduce(comm, dst, a, b, count, dtype, op, nranks, stream);
+        return s ? ring__cuda_emu_reduce_multi(comm, dst, s->p, nsrc, count, dtype, op, nranks, stream)
+                 : ring__cuda_emu_reduce(comm, dst, a, b, count, dtype, op, nranks, stream);
     cudaError_t e = cudaErrorInvalidValue;
     switch (dtype) {
-    case RING_INT8: e = run_dtype<Int8Ops, int8_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_UINT8: e = run_dtype<Uint8Ops, uint8_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_INT32: e = run_dtype<Int32Ops, int32_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_UINT32: e = run_dtype<Uint32Ops, uint32_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_INT64: e = run_dtype<Int64Ops, int64_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_UINT64: e = run_dtype<Uint64Ops, uint64_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_FLOAT16: e = run_dtype<NarrowOps<HalfConv>, uint16_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_BFLOAT16: e = run_dtype<NarrowOps<Bf16Conv>, uint16_t>(dst, a, b, count, op, nranks, stream); break;
-    case RING_FLOAT32: e = run_dtype<FloatOps<float>, float>(dst, a, b, count, op, nranks, stream); break;
-    case RING_FLOAT64: e = run_dtype<FloatOps<double>, double>(dst, a, b, count, op, nranks, stream); break;
+    case RING_INT8: e = run_dtype<Int8Ops, int8_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_UINT8: e = run_dtype<Uint8Ops, uint8_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_INT32: e = run_dtype<Int32Ops, int32_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_UINT32: e = run_dtype<Uint32Ops, uint32_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_INT64: e = run_dtype<Int64Ops, int64_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_UINT64: e = run_dtype<Uint64Ops, uint64_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_FLOAT16: e = run_dtype<NarrowOps<HalfConv>, uint16_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_BFLOAT16: e = run_dtype<NarrowOps<Bf16Conv>, uint16_t>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_FLOAT32: e = run_dtype<FloatOps<float>, float>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
+    case RING_FLOAT64: e = run_dtype<FloatOps<double>, double>(dst, a, b, s, nsrc, count, op, nranks, stream); break;
     default: break;
     }
     if (e != cudaSuccess) {
@@ -321,6 +455,21 @@ ring_result_t reduce(ring_comm_t *comm, void *dst, const void *a, const void *b,
         return ring__cuda_error(comm, (int)e, w);
     }
     return RING_OK;
+}
+
+ring_result_t reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
+                     ring_dtype_t dtype, ring_op_t op, int nranks, cudaStream_t stream)
+{
+    return reduce_any(comm, dst, a, b, NULL, 0, count, dtype, op, nranks, stream);
+}
+
+ring_result_t reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc, size_t count,
+                           ring_dtype_t dtype, ring_op_t op, int nranks, cudaStream_t stream)
+{
+    Srcs s = {};
+    if (nsrc < 0 || nsrc > RING__CUDA_MULTI_MAX) nsrc = -1; /* reduce_any reports it */
+    for (int k = 0; k < nsrc; k++) s.p[k] = srcs[k];
+    return reduce_any(comm, dst, NULL, NULL, &s, nsrc, count, dtype, op, nranks, stream);
 }
 
 } // namespace
@@ -335,6 +484,24 @@ extern "C" ring_result_t ring__cuda_reduce_emulated(ring_comm_t *comm, void *dst
     ring_result_t rc = reduce(comm, dst, a, b, count, dtype, op, nranks < 0 ? 1 : nranks, NULL);
     emulate = 0;
     return rc;
+}
+
+extern "C" ring_result_t ring__cuda_reduce_multi_emulated(ring_comm_t *comm, void *dst, const void *const *srcs,
+                                                          int nsrc, size_t count, ring_dtype_t dtype, ring_op_t op,
+                                                          int nranks, size_t nthreads)
+{
+    emulate = (nthreads + kThreads - 1) / kThreads * kThreads;
+    if (!emulate) emulate = kThreads;
+    ring_result_t rc = reduce_multi(comm, dst, srcs, nsrc, count, dtype, op, nranks < 1 ? 1 : nranks, NULL);
+    emulate = 0;
+    return rc;
+}
+
+extern "C" ring_result_t ring__cuda_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc,
+                                                 size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+                                                 ring__cuda_stream_t stream)
+{
+    return reduce_multi(comm, dst, srcs, nsrc, count, dtype, op, nranks < 1 ? 1 : nranks, stream);
 }
 
 extern "C" ring_result_t ring__cuda_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,

@@ -58,6 +58,21 @@ ring_result_t ring__cuda_reduce(ring_comm_t *comm, void *dst, const void *a, con
 ring_result_t ring__cuda_reduce_final(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                       ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
 
+/*
+ * Many inputs at once (the direct collectives of src/cuda/direct.c): dst[i] = srcs[0][i] op
+ * srcs[1][i] op ... op srcs[nsrc-1][i], combined left to right with one rounding per step,
+ * exactly as a chain of ring__cuda_reduce calls ending in ring__cuda_reduce_final(nranks)
+ * would give, but reading each input once and writing dst once. 2 <= nsrc <=
+ * RING__CUDA_MULTI_MAX; dst may equal one input exactly; the alignment rule as above.
+ */
+#define RING__CUDA_MULTI_MAX 16
+ring_result_t ring__cuda_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc, size_t count,
+                                      ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
+/* Tests: its per-thread code on the CPU, as ring__cuda_reduce_emulated. */
+ring_result_t ring__cuda_reduce_multi_emulated(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc,
+                                               size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+                                               size_t nthreads);
+
 /* Report a CUDA runtime error (err: a cudaError_t) from `what` on comm, mapped as above;
  * returns the ring_result_t. */
 ring_result_t ring__cuda_error(ring_comm_t *comm, int err, const char *what);
@@ -128,6 +143,13 @@ ring_result_t ring__cuda_ipc_alloc(ring_comm_t *comm, size_t bytes, void **p, un
 void ring__cuda_ipc_free(void *p, size_t bytes); /* NULL is a no-op */
 ring_result_t ring__cuda_ipc_open(ring_comm_t *comm, const unsigned char *handle, size_t bytes, void **p);
 void ring__cuda_ipc_close(void *p, size_t bytes); /* NULL is a no-op */
+/* The handle of an existing allocation [base, base + bytes) of this process (cudaIpcGetMemHandle
+ * on its base), which a peer opens with ring__cuda_ipc_open(handle, bytes). Emulated: memory
+ * registered with ring__cuda_emu_share. */
+ring_result_t ring__cuda_ipc_export(ring_comm_t *comm, void *base, size_t bytes, unsigned char *handle);
+/* Tests only: emulated device memory [base, base + len) is a shared mapping of memfd fd, which
+ * ring__cuda_ipc_export may hand to other processes. */
+void ring__cuda_emu_share(void *base, size_t len, int fd);
 
 /*
  * A dma-buf file descriptor for device memory [p, p + bytes) (cuMemGetHandleForAddressRange),
@@ -150,6 +172,8 @@ int ring__cuda_emulating(void);
 /* reduce.cu's ring__cuda_reduce queues its work here when emulating. */
 ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                     ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
+ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc, size_t count,
+                                          ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,11 @@ extern "C" ring_result_t ring__seterr(ring_comm_t *comm, ring_result_t code, con
 static_assert(RING__CU_POINTER_ATTRIBUTE_MEMORY_TYPE == CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "driver ABI");
 static_assert(RING__CU_POINTER_ATTRIBUTE_IS_MANAGED == CU_POINTER_ATTRIBUTE_IS_MANAGED, "driver ABI");
 static_assert(RING__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "driver ABI");
+static_assert(RING__CU_POINTER_ATTRIBUTE_BUFFER_ID == CU_POINTER_ATTRIBUTE_BUFFER_ID, "driver ABI");
+static_assert(RING__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+              "driver ABI");
+static_assert(RING__CU_POINTER_ATTRIBUTE_RANGE_START_ADDR == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, "driver ABI");
+static_assert(RING__CU_POINTER_ATTRIBUTE_RANGE_SIZE == CU_POINTER_ATTRIBUTE_RANGE_SIZE, "driver ABI");
 static_assert(RING__CU_MEMORYTYPE_HOST == CU_MEMORYTYPE_HOST, "driver ABI");
 static_assert(RING__CU_MEMORYTYPE_DEVICE == CU_MEMORYTYPE_DEVICE, "driver ABI");
 static_assert(RING__CUDA_SUCCESS == CUDA_SUCCESS, "driver ABI");
@@ -62,13 +67,15 @@ extern "C" ring_result_t ring__cuda_error(ring_comm_t *comm, int err, const char
 namespace {
 
 struct EmuOp {
-    int kind; /* 0 copy, 1 reduce */
+    int kind; /* 0 copy, 1 reduce, 2 many-input reduce */
     void *dst;
     const void *a, *b;
     size_t n; /* bytes (copy) or elements (reduce) */
     ring_dtype_t dtype;
     ring_op_t op;
     int nranks;
+    int nsrc; /* kind 2: srcs[0..nsrc) */
+    const void *srcs[RING__CUDA_MULTI_MAX];
 };
 
 struct EmuStream {
@@ -93,7 +100,8 @@ EmuStream *emu_stream(ring__cuda_stream_t s) { return s ? reinterpret_cast<EmuSt
 void emu_exec(const EmuOp &o)
 {
     if (o.kind == 0) memmove(o.dst, o.a, o.n);
-    else (void)ring__cuda_reduce_emulated(NULL, o.dst, o.a, o.b, o.n, o.dtype, o.op, o.nranks, 256);
+    else if (o.kind == 1) (void)ring__cuda_reduce_emulated(NULL, o.dst, o.a, o.b, o.n, o.dtype, o.op, o.nranks, 256);
+    else (void)ring__cuda_reduce_multi_emulated(NULL, o.dst, o.srcs, o.nsrc, o.n, o.dtype, o.op, o.nranks, 256);
 }
 
 /* Run queued work up to (excluding) op number upto. emu_mu held. */
@@ -154,7 +162,18 @@ extern "C" ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, con
                                                ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream)
 {
     EmuLock l;
-    EmuOp o = {1, dst, a, b, count, dtype, op, nranks};
+    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, {}};
+    if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc,
+                                                     size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+                                                     ring__cuda_stream_t stream)
+{
+    EmuLock l;
+    EmuOp o = {2, dst, NULL, NULL, count, dtype, op, nranks, nsrc, {}};
+    for (int k = 0; k < nsrc && k < RING__CUDA_MULTI_MAX; k++) o.srcs[k] = srcs[k];
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
     return RING_OK;
 }
@@ -391,7 +410,7 @@ extern "C" ring_result_t ring__cuda_memcpy_async(ring_comm_t *comm, void *dst, c
     if (!bytes) return RING_OK;
     if (emu_on) {
         EmuLock l;
-        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0};
+        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, {}};
         if (!emu_push(emu_stream(s), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
         return RING_OK;
     }
@@ -482,6 +501,53 @@ extern "C" ring_result_t ring__cuda_ipc_alloc(ring_comm_t *comm, size_t bytes, v
         *p = NULL;
         return ring__cuda_error(comm, (int)e, "cudaIpcGetMemHandle");
     }
+    memcpy(handle, &h, sizeof h);
+    return RING_OK;
+}
+
+namespace {
+/* Emulated user memory that other processes may map (tests: ring__cuda_emu_share). */
+struct EmuShare {
+    EmuShare *next;
+    uintptr_t base;
+    size_t len;
+    int fd;
+};
+EmuShare *emu_shares;
+} // namespace
+
+extern "C" void ring__cuda_emu_share(void *base, size_t len, int fd)
+{
+    EmuShare *e = static_cast<EmuShare *>(calloc(1, sizeof *e));
+    if (!e) return;
+    e->base = (uintptr_t)base;
+    e->len = len;
+    e->fd = fd;
+    EmuLock l;
+    e->next = emu_shares;
+    emu_shares = e;
+}
+
+extern "C" ring_result_t ring__cuda_ipc_export(ring_comm_t *comm, void *base, size_t bytes, unsigned char *handle)
+{
+    memset(handle, 0, RING__CUDA_IPC_HANDLE_LEN);
+    if (emu_on) {
+        int fd = -1;
+        {
+            EmuLock l;
+            for (EmuShare *e = emu_shares; e; e = e->next)
+                if (e->base == (uintptr_t)base && e->len == bytes) fd = e->fd;
+        }
+        if (fd < 0)
+            return ring__seterr(comm, RING_ERR_UNSUPPORTED, "emulated cudaIpcGetMemHandle: %p is not shareable memory", base);
+        uint32_t w[3] = {EMU_IPC_MAGIC, (uint32_t)getpid(), (uint32_t)fd};
+        uint64_t b = bytes;
+        memcpy(handle, w, sizeof w);
+        memcpy(handle + 12, &b, sizeof b);
+        return RING_OK;
+    }
+    cudaIpcMemHandle_t h;
+    CU_CHECK(comm, cudaIpcGetMemHandle(&h, base), "cudaIpcGetMemHandle");
     memcpy(handle, &h, sizeof h);
     return RING_OK;
 }

@@ -1,0 +1,632 @@
+/*
+ * Direct collectives over CUDA IPC (direct.h, docs/cuda.md "Direct collectives on one host"),
+ * for communicators whose ranks all share one host (every ring edge shared memory) and all
+ * offer the path (RING_CUDA_IPC=auto or 1 in a CUDA build). Every rank reads its peers' device
+ * buffers in place: no staging slots, no host memory, no ring.
+ *
+ * All-reduce of S bytes over N ranks (block r = the r-th of N equal parts, 16-byte aligned):
+ *  0. Arrival. Every rank writes a record for the call's sequence number q into its row of a
+ *     shared page, for every collective it runs, host buffers included: what the call is,
+ *     whether this rank offers the path (device buffers that cudaIpcGetMemHandle exports) and,
+ *     if so, the allocations' handles and offsets. A rank on the host path writes and goes on;
+ *     a rank with device buffers waits for all N records of call q.
+ *  1. Decision. All N records offer the path and describe the same call: direct. Otherwise
+ *     every rank with device buffers runs the staged ring, exactly as without this file (they
+ *     all read the same records, so they all decide the same).
+ *  2. Stage 1. Map the peers' buffers (cudaIpcOpenMemHandle, cached by the peer's buffer id,
+ *     which the driver never reuses), wait until work queued before the call has finished
+ *     (the inputs are read by other processes now), publish whether every map worked. Any
+ *     failure: every rank falls back to the staged ring for this call, and the rank that
+ *     failed stops offering the path for later calls (the log says why).
+ *  3. Reduce-scatter, stage 2: rank r reduces block r of all N inputs, in rank order, into
+ *     block r of its recvbuf in one kernel (ring__cuda_reduce_multi: reads N x S/N, writes
+ *     S/N), and publishes once it finished.
+ *  4. All-gather, stage 3: rank r copies block p from rank p's recvbuf for every p != r
+ *     (reads and writes (N-1) x S/N), publishes once finished, and returns when every rank
+ *     has: a rank's buffers are never read after its call returned.
+ * GPU memory traffic, all ranks together: (3N - 1) S, against 5 (N-1) S for the ring over
+ * CUDA IPC links (a copy into the link's slot, then a reduction reading it, at every step);
+ * nothing crosses PCIe. Synchronisation: four waits on the shared page per call, each for
+ * every rank (a few microseconds on one host), and two waits for the own GPU.
+ * Reduce-scatter is steps 0-3 on blocks of recvcount elements; all-gather and broadcast are
+ * 0-2 and then stage 2 as the copy step (every rank copies what it lacks from its owner).
+ *
+ * Each block is reduced by exactly one rank and copied by the others, so every rank gets the
+ * same bits (the order of combination is rank order, not the ring's).
+ *
+ * Waiting: the page gives no file descriptor to poll, so a waiting rank yields, and after
+ * 100 ms without progress sleeps a millisecond between looks. A dead rank is noticed by the
+ * watcher (the bootstrap star), a rank that left by ring_comm_destroy by its goodbye, and
+ * anything else by RING_TIMEOUT_MS, as everywhere.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "cuda/direct.h"
+#include "cuda/mem.h"
+#include "cuda/ring_cuda.h"
+#include "log.h"
+#include "p2p.h"
+#include "watch.h"
+
+#define PAGE_MAGIC 0x52444752u /* "RGDR" */
+#define PAGE_VERSION 1u
+#define HIST 16      /* records per rank: a rank is never that many calls ahead of another */
+#define MAPS 32      /* cached mappings per peer */
+#define EXPORTS 16   /* cached handles of this rank's own allocations */
+
+enum { REC_HOST = 1, REC_DEVICE = 2, REC_DECLINE = 3 };
+
+typedef struct buf_desc {
+    uint64_t id, off, size; /* allocation (driver buffer id), offset of the buffer in it, its size */
+    unsigned char handle[RING__CUDA_IPC_HANDLE_LEN];
+} buf_desc_t;
+
+typedef struct rec {
+    _Atomic uint64_t seq; /* q + 1 once the fields below describe call q; 0 while rewritten */
+    uint32_t coll, dtype, op, kind;
+    int32_t root, device;
+    uint32_t pid, pad;
+    uint64_t count;
+    buf_desc_t buf[2]; /* sendbuf, recvbuf */
+} rec_t;
+
+typedef struct row {
+    _Atomic uint64_t progress; /* direct calls: 4 (q + 1) + stage */
+    _Atomic uint64_t refused;  /* q + 1: this rank could not map a peer's buffer in call q */
+    unsigned char pad[48];
+    rec_t rec[HIST];
+} row_t;
+
+typedef struct page {
+    uint32_t magic, version, nranks, pad;
+    uint64_t nonce;
+    _Atomic uint32_t opened; /* ranks other than 0 that mapped the page: rank 0 then removes the file */
+    unsigned char pad2[44];
+    row_t row[];
+} page_t;
+
+typedef struct map {
+    uint64_t id, used;
+    uint32_t pid;
+    void *base;
+    size_t size;
+} map_t;
+
+typedef struct export {
+    uint64_t id, used;
+    uintptr_t base;
+    size_t size;
+    unsigned char handle[RING__CUDA_IPC_HANDLE_LEN];
+} export_t;
+
+typedef struct direct {
+    page_t *pg;
+    size_t pg_bytes;
+    char path[400]; /* rank 0: the page's file until every rank mapped it (init) */
+    int declined;   /* a peer's buffer could not be mapped: no more offers */
+    uint64_t tick, ncalls;
+    map_t *maps;    /* nranks x MAPS */
+    export_t exports[EXPORTS];
+    int device;     /* of the mappings (one device per communicator's direct calls) */
+} direct_t;
+
+static size_t page_bytes(int n) { return sizeof(page_t) + (size_t)n * sizeof(row_t); }
+
+static void page_name(const ring_comm_t *comm, char *out, size_t len)
+{
+    snprintf(out, len, "%s/ringcomm-%u-%u-%016llx-direct", comm->params.shm_dir, (unsigned)geteuid(),
+             (unsigned)comm->peers[0].pid, (unsigned long long)comm->job_nonce);
+}
+
+static int offered(const ring_comm_t *comm)
+{
+    if (comm->nranks < 2 || comm->nranks > RING__CUDA_MULTI_MAX || !comm->all_shm) return 0;
+    for (int r = 0; r < comm->nranks; r++)
+        if (!(comm->peers[r].flags & RING__PEER_CUDA_DIRECT)) return 0;
+    return 1;
+}
+
+ring_result_t ring__direct_setup(ring_comm_t *comm)
+{
+    ring_result_t rc = RING_OK;
+    int fd = -1;
+    direct_t *d = NULL;
+    if (!offered(comm)) return RING_OK;
+    const size_t bytes = page_bytes(comm->nranks);
+    d = calloc(1, sizeof *d);
+    if (d) d->maps = calloc((size_t)comm->nranks * MAPS, sizeof *d->maps);
+    if (!d || !d->maps) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
+        goto fail;
+    }
+    d->device = -1;
+    char path[400];
+    page_name(comm, path, sizeof path);
+    if (comm->rank == 0) {
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "direct CUDA IPC: cannot create %s", path);
+            goto fail;
+        }
+        snprintf(d->path, sizeof d->path, "%s", path);
+        int e = posix_fallocate(fd, 0, (off_t)bytes);
+        if (e) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, e, "direct CUDA IPC: cannot size %s", path);
+            goto fail;
+        }
+    } else {
+        /* Rank 0 makes it when it gets here too; until then, look again (RING_TIMEOUT_MS). */
+        const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+        struct stat st;
+        for (;;) {
+            fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+            if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size == (off_t)bytes) break;
+            if (fd < 0 && errno != ENOENT) {
+                rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "direct CUDA IPC: cannot open %s", path);
+                goto fail;
+            }
+            if (fd >= 0) close(fd);
+            fd = -1;
+            if (ring__now_ns() > deadline) {
+                rc = ring__seterr(comm, RING_ERR_TIMEOUT,
+                                  "direct CUDA IPC: rank 0 did not make %s within %d ms (RING_TIMEOUT_MS); is RING_SHM_DIR "
+                                  "the same on every rank?",
+                                  path, comm->params.timeout_ms);
+                goto fail;
+            }
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+            rc = ring__seterr(comm, RING_ERR_PROTOCOL, "direct CUDA IPC: %s is not a page this rank can trust (owner or mode)",
+                              path);
+            goto fail;
+        }
+    }
+    d->pg = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (d->pg == MAP_FAILED) {
+        d->pg = NULL;
+        rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "direct CUDA IPC: cannot map %s", path);
+        goto fail;
+    }
+    d->pg_bytes = bytes;
+    if (comm->rank == 0) {
+        d->pg->nranks = (uint32_t)comm->nranks;
+        d->pg->nonce = comm->job_nonce;
+        d->pg->version = PAGE_VERSION;
+        atomic_thread_fence(memory_order_release);
+        d->pg->magic = PAGE_MAGIC;
+    } else {
+        /* The header is rank 0's first write after sizing the file: wait for it likewise. */
+        const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+        while (__atomic_load_n(&d->pg->magic, __ATOMIC_ACQUIRE) != PAGE_MAGIC && ring__now_ns() < deadline) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+        }
+        if (d->pg->magic != PAGE_MAGIC || d->pg->version != PAGE_VERSION || d->pg->nonce != comm->job_nonce ||
+            d->pg->nranks != (uint32_t)comm->nranks) {
+            rc = ring__seterr(comm, RING_ERR_PROTOCOL, "direct CUDA IPC: %s has a bad header", path);
+            goto fail;
+        }
+        atomic_fetch_add_explicit(&d->pg->opened, 1, memory_order_release);
+    }
+    close(fd);
+    fd = -1;
+    if (comm->rank == 0) {
+        /* Every rank in init maps it now: then the name goes, so that nothing is left in
+         * RING_SHM_DIR however the job ends. */
+        const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+        while (atomic_load_explicit(&d->pg->opened, memory_order_acquire) != (uint32_t)comm->nranks - 1) {
+            if (ring__now_ns() > deadline) {
+                rc = ring__seterr(comm, RING_ERR_TIMEOUT,
+                                  "direct CUDA IPC: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
+                                  atomic_load(&d->pg->opened), comm->nranks - 1, path, comm->params.timeout_ms);
+                goto fail;
+            }
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+        unlink(d->path);
+        d->path[0] = '\0';
+    }
+    comm->cuda_direct = d;
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
+             "direct CUDA IPC: every rank is on this host: device-buffer collectives may run directly (%s)", path);
+    return RING_OK;
+fail:
+    if (fd >= 0) close(fd);
+    if (d) {
+        if (d->pg) munmap(d->pg, bytes);
+        if (d->path[0]) unlink(d->path);
+        free(d->maps);
+        free(d);
+    }
+    return rc;
+}
+
+void ring__direct_fini(ring_comm_t *comm)
+{
+    direct_t *d = comm->cuda_direct;
+    if (!d) return;
+    comm->cuda_direct = NULL;
+    for (size_t i = 0; i < (size_t)comm->nranks * MAPS; i++) ring__cuda_ipc_close(d->maps[i].base, d->maps[i].size);
+    if (d->pg) munmap(d->pg, d->pg_bytes);
+    if (d->path[0]) unlink(d->path);
+    free(d->maps);
+    free(d);
+}
+
+uint64_t ring__cuda_direct_count(ring_comm_t *comm)
+{
+    direct_t *d = comm->cuda_direct;
+    return d ? d->ncalls : 0;
+}
+
+/* ---------- records ---------- */
+
+static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->pg->row[rank].rec[q % HIST]; }
+
+static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const rec_t *fill)
+{
+    rec_t *r = rec_of(d, rank, op->seq);
+    atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    r->coll = (uint32_t)op->coll;
+    r->dtype = (uint32_t)op->dtype;
+    r->op = (uint32_t)op->op;
+    r->root = op->root;
+    r->count = op->count;
+    r->kind = fill ? fill->kind : REC_HOST;
+    r->device = fill ? fill->device : -1;
+    r->pid = (uint32_t)getpid();
+    if (fill) memcpy(r->buf, fill->buf, sizeof r->buf);
+    atomic_store_explicit(&r->seq, op->seq + 1, memory_order_release);
+}
+
+/* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call. */
+static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
+{
+    rec_t *r = rec_of(d, p, q);
+    uint64_t s = atomic_load_explicit(&r->seq, memory_order_acquire);
+    if (s == 0 || s < q + 1) return 0;
+    if (s > q + 1) return -1;
+    memcpy((char *)out + sizeof out->seq, (const char *)r + sizeof r->seq, sizeof *r - sizeof r->seq);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&r->seq, memory_order_relaxed) != s) return 0;
+    atomic_init(&out->seq, s);
+    return 1;
+}
+
+void ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    direct_t *d = comm->cuda_direct;
+    if (d) rec_publish(d, comm->rank, op, NULL);
+}
+
+/* ---------- this rank's buffers ---------- */
+
+/* Describe the allocation holding ptr for peers: 0 done, else why not in why. */
+static int describe(direct_t *d, ring_comm_t *comm, const void *ptr, buf_desc_t *b, char *why, size_t len)
+{
+    ring__mem_range_t mr;
+    if (ring__mem_range(NULL, ptr, &mr) != RING_OK) {
+        snprintf(why, len, "%s", ring_comm_last_error(NULL));
+        return -1;
+    }
+    if (!mr.ipc_capable) {
+        snprintf(why, len, "buffer %p is not in memory that CUDA IPC can export (cudaMallocAsync pool or cuMemCreate?)",
+                 ptr);
+        return -1;
+    }
+    b->id = mr.id;
+    b->off = (uintptr_t)ptr - mr.base;
+    b->size = mr.size;
+    export_t *e = NULL, *lru = &d->exports[0];
+    for (int i = 0; i < EXPORTS; i++) {
+        if (d->exports[i].id == mr.id && d->exports[i].base == mr.base && d->exports[i].size == mr.size) e = &d->exports[i];
+        if (d->exports[i].used < lru->used) lru = &d->exports[i];
+    }
+    if (!e) {
+        if (ring__cuda_ipc_export(NULL, (void *)mr.base, mr.size, lru->handle) != RING_OK) {
+            lru->id = 0;
+            snprintf(why, len, "%s", ring_comm_last_error(NULL));
+            return -1;
+        }
+        e = lru;
+        e->id = mr.id;
+        e->base = mr.base;
+        e->size = mr.size;
+    }
+    e->used = ++d->tick;
+    memcpy(b->handle, e->handle, sizeof b->handle);
+    (void)comm;
+    return 0;
+}
+
+/* Peer p's allocation, mapped here (from the cache or opened now). A failure's message is the
+ * thread's (ring_comm_last_error(NULL)): it is not the call's error, the call falls back. */
+static ring_result_t map_peer(direct_t *d, int p, uint32_t pid, const buf_desc_t *b, void **base)
+{
+    map_t *m = &d->maps[(size_t)p * MAPS], *hit = NULL, *lru = m;
+    for (int i = 0; i < MAPS; i++) {
+        if (m[i].base && m[i].id == b->id && m[i].pid == pid && m[i].size == b->size) hit = &m[i];
+        if (m[i].used < lru->used) lru = &m[i];
+    }
+    if (!hit) {
+        void *at = NULL;
+        ring_result_t rc = ring__cuda_ipc_open(NULL, b->handle, b->size, &at);
+        if (rc != RING_OK) return rc;
+        ring__cuda_ipc_close(lru->base, lru->size);
+        hit = lru;
+        hit->base = at;
+        hit->id = b->id;
+        hit->pid = pid;
+        hit->size = b->size;
+    }
+    hit->used = ++d->tick;
+    *base = hit->base;
+    return RING_OK;
+}
+
+/* ---------- waiting ---------- */
+
+enum { W_RECORDS, W_STAGE, W_GPU };
+
+static const char *stage_text(int stage, ring__coll_t coll)
+{
+    if (stage == 1) return "map the buffers and finish the work queued before the call";
+    if (stage == 2) return coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER ? "reduce its block" : "copy its blocks";
+    return "copy its blocks";
+}
+
+/*
+ * Wait until every rank's record of this call is there (W_RECORDS: recs[] filled), every rank
+ * reached progress `target` (W_STAGE), or this rank's event finished (W_GPU).
+ */
+static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int what, uint64_t target,
+                              rec_t *recs, ring__cuda_event_t ev)
+{
+    const char *name = ring__coll_name(op->coll);
+    const int n = comm->nranks;
+    int64_t last = ring__now_ns();
+    int have = 0, lag = -1;
+    unsigned char *got = NULL;
+    ring_result_t rc = RING_OK;
+    if (what == W_RECORDS && !(got = calloc((size_t)n, 1)))
+        return ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
+    for (;;) {
+        int done = 1, moved = 0;
+        if (what == W_GPU) {
+            RING_CHECK(ring__cuda_event_query(comm, ev, &done));
+        } else {
+            for (int p = 0; p < n; p++) {
+                if (what == W_RECORDS) {
+                    if (got[p]) continue;
+                    int r = rec_read(d, p, op->seq, &recs[p]);
+                    if (r < 0) {
+                        rc = ring__seterr(comm, RING_ERR_INTERNAL,
+                                          "%s #%llu: rank %d is %d or more calls ahead of this rank (direct CUDA IPC)",
+                                          name, (unsigned long long)op->seq, p, HIST);
+                        goto fail;
+                    }
+                    if (r > 0) got[p] = 1, have++, moved = 1;
+                    else done = 0, lag = p;
+                } else if (atomic_load_explicit(&d->pg->row[p].progress, memory_order_acquire) < target) {
+                    done = 0;
+                    lag = p;
+                    break;
+                }
+            }
+        }
+        if (done) break;
+        int64_t now = ring__now_ns();
+        if (moved) last = now;
+        int stop = RING__WAIT_GO_ON;
+        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) stop = RING__WAIT_ABORTED;
+        else if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) stop = RING__WAIT_REMOTE;
+        else if (now - last > (int64_t)comm->params.timeout_ms * 1000000LL) stop = RING__WAIT_TIMEOUT;
+        if (stop == RING__WAIT_REMOTE) {
+            rc = ring__remote_result(comm, name);
+            goto fail;
+        }
+        int left = what == W_GPU ? -1 : ring__watch_someone_left(comm);
+        if (stop != RING__WAIT_GO_ON || left >= 0) {
+            char peer[160] = "this rank's GPU", why[128];
+            if (what != W_GPU) ring__peer_desc(comm, lag, peer, sizeof peer);
+            if (left >= 0) snprintf(why, sizeof why, "failed: a rank called ring_comm_destroy");
+            else if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
+            else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
+            rc = ring__seterr(comm, left >= 0 ? RING_ERR_PEER : stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT,
+                              "%s #%llu (direct CUDA IPC) %s while waiting for %s to %s", name,
+                              (unsigned long long)op->seq, why, peer,
+                              what == W_RECORDS ? "enter the collective"
+                              : what == W_GPU   ? "finish this rank's work"
+                                                : stage_text((int)(target % 4), op->coll));
+            if (left >= 0) ring__watch_note_left(comm, left, name);
+            goto fail;
+        }
+        if (now - last > 100000000LL) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        } else {
+            sched_yield();
+        }
+    }
+fail:
+    free(got);
+    (void)have;
+    return rc;
+}
+
+/* Publish stage s of call q and wait until every rank is there. */
+static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int s)
+{
+    const uint64_t target = 4 * (op->seq + 1) + (uint64_t)s;
+    atomic_store_explicit(&d->pg->row[comm->rank].progress, target, memory_order_release);
+    return wait_for(comm, d, op, W_STAGE, target, NULL, NULL);
+}
+
+/* ---------- the call ---------- */
+
+static int same_call(const rec_t *a, const rec_t *b)
+{
+    return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->count == b->count;
+}
+
+/* Does this rank offer the path for op? Fills its record; 0 yes, else why in why. */
+static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, rec_t *mine, char *why, size_t len)
+{
+    memset(mine, 0, sizeof *mine);
+    mine->device = op->device;
+    mine->kind = REC_DECLINE;
+    if (d->declined) return snprintf(why, len, "declined since an earlier call"), -1;
+    if (comm->params.algo != RING__ALGO_AUTO) return snprintf(why, len, "RING_ALGO names an algorithm"), -1;
+    if (d->device >= 0 && d->device != op->device)
+        return snprintf(why, len, "buffers on device %d, earlier direct calls on device %d", op->device, d->device), -1;
+    const int bcast = op->coll == RING__COLL_BROADCAST;
+    if (describe(d, comm, op->sendbuf, &mine->buf[0], why, len)) return -1;
+    if (!bcast && describe(d, comm, op->recvbuf, &mine->buf[1], why, len)) return -1;
+    mine->kind = REC_DEVICE;
+    return 0;
+}
+
+static void *at(void *base, const buf_desc_t *b, size_t off) { return (unsigned char *)base + b->off + off; }
+
+ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *st, int *ran)
+{
+    direct_t *d = comm->cuda_direct;
+    const int n = comm->nranks, me = comm->rank;
+    const size_t es = ring_dtype_size(op->dtype);
+    const ring__coll_t coll = op->coll;
+    rec_t *recs = NULL, mine;
+    void **sbase = NULL, **rbase = NULL; /* per rank: where its allocations are mapped here (own: NULL) */
+    ring__cuda_event_t ev = NULL;
+    ring_result_t rc = RING_OK;
+    char why[256] = "";
+    *ran = 0;
+    if (!d) return RING_OK;
+    if (offer(d, comm, op, &mine, why, sizeof why)) {
+        rec_publish(d, me, op, &mine);
+        RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: %s", ring__coll_name(coll),
+                 (unsigned long long)op->seq, why);
+        return RING_OK;
+    }
+    recs = calloc((size_t)n, sizeof *recs);
+    sbase = calloc((size_t)n, sizeof *sbase);
+    rbase = calloc((size_t)n, sizeof *rbase);
+    if (!recs || !sbase || !rbase) {
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
+        goto fail;
+    }
+    rec_publish(d, me, op, &mine);
+    /* Steps 0 and 1. */
+    RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0, recs, NULL));
+    for (int p = 0; p < n; p++)
+        if (recs[p].kind != REC_DEVICE || !same_call(&recs[p], &recs[me])) {
+            RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: rank %d %s", ring__coll_name(coll),
+                     (unsigned long long)op->seq, p,
+                     recs[p].kind == REC_HOST      ? "has host buffers"
+                     : recs[p].kind == REC_DECLINE ? "declined"
+                                                   : "runs another call");
+            goto fail; /* *ran = 0: the staged path, whose descriptors name any mismatch */
+        }
+    /* Step 2: the peers' allocations this rank reads. */
+    {
+        int ok = 1;
+        for (int p = 0; p < n && ok; p++) {
+            if (p == me) continue;
+            const int need_send = coll == RING__COLL_BROADCAST ? p == op->root : 1;
+            const int need_recv = coll == RING__COLL_ALLREDUCE;
+            if (need_send && map_peer(d, p, recs[p].pid, &recs[p].buf[0], &sbase[p]) != RING_OK) ok = 0;
+            if (ok && need_recv && map_peer(d, p, recs[p].pid, &recs[p].buf[1], &rbase[p]) != RING_OK) ok = 0;
+            if (!ok) {
+                snprintf(why, sizeof why, "%s", ring_comm_last_error(NULL));
+                RING_LOG(RING_LOG_WARN, RING_SUB_COLL, me,
+                         "direct CUDA IPC: cannot map rank %d's buffer, device-buffer collectives go the staged way: %s", p,
+                         why);
+                d->declined = 1;
+                atomic_store_explicit(&d->pg->row[me].refused, op->seq + 1, memory_order_relaxed);
+            }
+        }
+        /* The inputs are read by other processes from here on: work queued before the call
+         * (the staging stream is a blocking stream: it follows the legacy default stream). */
+        RING_CHECK(ring__cuda_event_create(comm, &ev));
+        RING_CHECK(ring__cuda_event_record(comm, ev, st));
+        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
+        RING_CHECK(stage(comm, d, op, 1));
+        for (int p = 0; p < n; p++)
+            if (atomic_load_explicit(&d->pg->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
+    }
+    d->device = op->device;
+    *ran = 1;
+
+    const unsigned char *send = op->sendbuf;
+    unsigned char *recv = op->recvbuf;
+    if (coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER) {
+        /* Step 3: this rank's block of every rank's input. */
+        size_t blk = op->count, lo = 0, cnt = op->count;
+        if (coll == RING__COLL_ALLREDUCE) {
+            const size_t align = 16 / es;
+            blk = (op->count + (size_t)n - 1) / (size_t)n;
+            blk = (blk + align - 1) / align * align;
+            lo = RING__MIN(blk * (size_t)me, op->count);
+            cnt = RING__MIN(blk * (size_t)(me + 1), op->count) - lo;
+        } else {
+            lo = (size_t)me * op->count;
+        }
+        const void *srcs[RING__CUDA_MULTI_MAX];
+        for (int p = 0; p < n; p++)
+            srcs[p] = p == me ? send + lo * es : at(sbase[p], &recs[p].buf[0], lo * es);
+        unsigned char *dst = coll == RING__COLL_ALLREDUCE ? recv + lo * es : recv;
+        RING_CHECK(ring__cuda_reduce_multi(comm, dst, srcs, n, cnt, op->dtype, op->op, n, st));
+        RING_CHECK(ring__cuda_event_record(comm, ev, st));
+        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
+        RING_CHECK(stage(comm, d, op, 2));
+        if (coll == RING__COLL_ALLREDUCE) {
+            /* Step 4: every other block from its owner's recvbuf. */
+            for (int p = 0; p < n; p++) {
+                if (p == me) continue;
+                size_t plo = RING__MIN(blk * (size_t)p, op->count), phi = RING__MIN(blk * (size_t)(p + 1), op->count);
+                if (phi > plo)
+                    RING_CHECK(ring__cuda_memcpy_async(comm, recv + plo * es, at(rbase[p], &recs[p].buf[1], plo * es),
+                                                       (phi - plo) * es, st));
+            }
+            RING_CHECK(ring__cuda_event_record(comm, ev, st));
+            RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
+            RING_CHECK(stage(comm, d, op, 3));
+        }
+    } else {
+        /* All-gather: every rank's block into place; broadcast: the root's buffer. */
+        const size_t bytes = op->count * es;
+        if (coll == RING__COLL_ALLGATHER) {
+            for (int p = 0; p < n; p++) {
+                unsigned char *dst = recv + (size_t)p * bytes;
+                const void *src = p == me ? (const void *)send : at(sbase[p], &recs[p].buf[0], 0);
+                if (dst != src) RING_CHECK(ring__cuda_memcpy_async(comm, dst, src, bytes, st));
+            }
+        } else if (me != op->root) {
+            RING_CHECK(ring__cuda_memcpy_async(comm, recv, at(sbase[op->root], &recs[op->root].buf[0], 0), bytes, st));
+        }
+        RING_CHECK(ring__cuda_event_record(comm, ev, st));
+        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
+        RING_CHECK(stage(comm, d, op, 2));
+    }
+    d->ncalls++;
+fail:
+    ring__cuda_event_destroy(ev);
+    free(recs);
+    free(sbase);
+    free(rbase);
+    return rc;
+}
