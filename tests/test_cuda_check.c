@@ -362,22 +362,25 @@ out:
 /*
  * The many-input kernel (ring__cuda_reduce_multi, direct collectives): nsrc inputs against
  * the host chain ring__reduce(s0, s1), ..., ring__reduce_final(.., s[n-1], nranks = nsrc),
- * which is what the kernel promises bit for bit. off: per input (and dst, last) element
- * offsets; alias >= 0: dst is input `alias`.
+ * which is what the kernel promises bit for bit, written to ndst outputs. off: per input and
+ * then per output element offsets; in_place: output k is input k (the direct all-reduce's
+ * in-place call), else the outputs are separate.
  */
-static int multi_case(ring_dtype_t dt, ring_op_t op, int nsrc, size_t n, const size_t *off, int alias, uint64_t seed,
-                      char *msg, size_t len)
+static int multi_case(ring_dtype_t dt, ring_op_t op, int nsrc, int ndst, size_t n, const size_t *off, int in_place,
+                      uint64_t seed, char *msg, size_t len)
 {
     const size_t es = ring_dtype_size(dt), cap = (n + 64) * es, stride = (cap + 255) & ~(size_t)255;
-    const size_t total = stride * (size_t)(nsrc + 1);
+    const size_t total = stride * (size_t)(nsrc + ndst);
     unsigned char *host = malloc(total), *ref = malloc(n * es + 1), *out = malloc(total);
     unsigned char *mem = NULL;
     const void *srcs[RING__CUDA_MULTI_MAX];
+    void *dsts[RING__CUDA_MULTI_MAX];
     char what[256];
     int result = -1;
-    snprintf(what, sizeof what, "reduce_multi %s %s, %d inputs, count %zu, offsets %zu %zu .. dst %zu, %s, seed %" PRIu64 "%s",
-             tc_dtype_name(dt), tc_op_name(op), nsrc, n, off[0], off[1], off[nsrc], alias >= 0 ? "dst == an input" : "out of place",
-             seed, emulate_threads ? " (emulated on the CPU)" : "");
+    snprintf(what, sizeof what,
+             "reduce_multi %s %s, %d inputs, %d outputs, count %zu, offsets %zu %zu .. %zu, %s, seed %" PRIu64 "%s",
+             tc_dtype_name(dt), tc_op_name(op), nsrc, ndst, n, off[0], off[1], off[nsrc + ndst - 1],
+             in_place ? "outputs are the inputs" : "out of place", seed, emulate_threads ? " (emulated on the CPU)" : "");
     if (!host || !ref || !out) {
         snprintf(msg, len, "%s: out of host memory", what);
         goto done;
@@ -397,15 +400,16 @@ static int multi_case(ring_dtype_t dt, ring_op_t op, int nsrc, size_t n, const s
         else ring__reduce(ref, ref, in, n, dt, op);
     }
     for (int k = 0; k < nsrc; k++) srcs[k] = mem + (size_t)k * stride + off[k] * es;
-    unsigned char *dst = alias >= 0 ? (unsigned char *)srcs[alias] : mem + (size_t)nsrc * stride + off[nsrc] * es;
+    for (int o = 0; o < ndst; o++)
+        dsts[o] = in_place ? (void *)srcs[o] : mem + (size_t)(nsrc + o) * stride + off[nsrc + o] * es;
     ring_result_t rc;
     if (emulate_threads) {
         memcpy(mem, host, total);
-        rc = ring__cuda_reduce_multi_emulated(NULL, dst, srcs, nsrc, n, dt, op, nsrc, emulate_threads);
+        rc = ring__cuda_reduce_multi_emulated(NULL, dsts, ndst, srcs, nsrc, n, dt, op, nsrc, emulate_threads);
         if (rc == RING_OK) memcpy(out, mem, total);
     } else {
         rc = ring__cuda_memcpy(NULL, mem, host, total);
-        if (rc == RING_OK) rc = ring__cuda_reduce_multi(NULL, dst, srcs, nsrc, n, dt, op, nsrc, arena.stream);
+        if (rc == RING_OK) rc = ring__cuda_reduce_multi(NULL, dsts, ndst, srcs, nsrc, n, dt, op, nsrc, arena.stream);
         if (rc == RING_OK) rc = ring__cuda_stream_sync(NULL, arena.stream);
         if (rc == RING_OK) rc = ring__cuda_memcpy(NULL, out, mem, total);
     }
@@ -414,27 +418,33 @@ static int multi_case(ring_dtype_t dt, ring_op_t op, int nsrc, size_t n, const s
         goto done;
     }
     result = 0;
-    /* Everything but dst's n elements keeps its bytes: inputs (unless dst is one) and canaries. */
-    const size_t start = (size_t)(dst - mem);
+    /* Every output holds the result; every other byte (inputs that are not outputs,
+     * canaries) is as it was. */
     for (size_t b = 0; b < total; b++) {
-        if (b >= start && b < start + n * es) continue;
-        if (out[b] != host[b]) {
-            snprintf(msg, len, "%s: byte %zd from dst's first element changed: out of bounds", what,
-                     (ssize_t)b - (ssize_t)start);
+        int in_out = 0;
+        for (int o = 0; o < ndst && !in_out; o++) {
+            size_t start = (size_t)((unsigned char *)dsts[o] - mem);
+            in_out = b >= start && b < start + n * es;
+        }
+        if (!in_out && out[b] != host[b]) {
+            snprintf(msg, len, "%s: byte %zu changed but is no output's: out of bounds", what, b);
             result = 1;
             goto done;
         }
     }
     const int lenient_nan = is_float(dt) && op != RING_MIN && op != RING_MAX;
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char *h = ref + i * es, *d = out + start + i * es;
-        if (!memcmp(h, d, es) || (lenient_nan && is_nan(h, dt) && is_nan(d, dt))) continue;
-        char xh[24], xd[24];
-        hex_elem(xh, sizeof xh, h, es);
-        hex_elem(xd, sizeof xd, d, es);
-        snprintf(msg, len, "%s: element %zu: host %s, GPU %s", what, i, xh, xd);
-        result = 1;
-        goto done;
+    for (int o = 0; o < ndst; o++) {
+        const size_t start = (size_t)((unsigned char *)dsts[o] - mem);
+        for (size_t i = 0; i < n; i++) {
+            const unsigned char *h = ref + i * es, *d = out + start + i * es;
+            if (!memcmp(h, d, es) || (lenient_nan && is_nan(h, dt) && is_nan(d, dt))) continue;
+            char xh[24], xd[24];
+            hex_elem(xh, sizeof xh, h, es);
+            hex_elem(xd, sizeof xd, d, es);
+            snprintf(msg, len, "%s: output %d element %zu: host %s, GPU %s", what, o, i, xh, xd);
+            result = 1;
+            goto done;
+        }
     }
 done:
     if (emulate_threads) free(mem);
@@ -457,15 +467,18 @@ int tc_sweep_multi(ring_dtype_t dt, int quick, int verbose, char *msg, size_t le
     for (int op = 0; op < RING_OP_COUNT; op++)
         for (size_t ni = 0; ni < sizeof nsrcs / sizeof *nsrcs - (quick ? 1 : 0); ni++)
             for (size_t li = 0; li < nl; li++)
-                for (int pat = 0; pat < 4; pat++) {
-                    /* Aligned; all one element in (vector body after a head); one input off
-                     * by one (single elements); dst == the second input. */
-                    const int ns = nsrcs[ni];
-                    size_t off[RING__CUDA_MULTI_MAX + 1] = {0};
-                    for (int k = 0; k <= ns; k++) off[k] = pat == 1 ? 1 : 0;
+                for (int pat = 0; pat < 5; pat++) {
+                    /* One output: aligned; all one element in (vector body after a head); one
+                     * input off by one (single elements). Every input an output too (the
+                     * in-place direct all-reduce), aligned; as many separate outputs, one off
+                     * by one. */
+                    const int ns = nsrcs[ni], nd = pat < 3 ? 1 : ns;
+                    size_t off[2 * RING__CUDA_MULTI_MAX] = {0};
+                    for (int k = 0; k < ns + nd; k++) off[k] = pat == 1 ? 1 : 0;
                     if (pat == 2) off[ns - 1] = 1;
-                    int r = multi_case((ring_dtype_t)dt, (ring_op_t)op, ns, mlengths[li], off, pat == 3 ? 1 : -1, seed++,
-                                       one, sizeof one);
+                    if (pat == 4) off[ns + nd - 1] = 1;
+                    int r = multi_case((ring_dtype_t)dt, (ring_op_t)op, ns, nd, mlengths[li], off, pat == 3, seed++, one,
+                                       sizeof one);
                     cases++;
                     if (record(r, msg, len, one, &failures, verbose) < 0) goto out;
                 }

@@ -59,8 +59,8 @@ int tc_sweep_dtype(ring_dtype_t dt, int quick, int verbose, char *msg, size_t le
 int tc_sweep_large(int verbose, char *msg, size_t len, int *ncases);
 
 /* The many-input kernel of the direct collectives (ring__cuda_reduce_multi) against a chain of
- * host reductions, for every op, 2 to RING__CUDA_MULTI_MAX inputs, odd lengths, offsets and
- * dst == an input. Same return convention. */
+ * host reductions, for every op, 2 to RING__CUDA_MULTI_MAX inputs, one output or one per
+ * input (separate, or the inputs themselves), odd lengths and offsets. Same return convention. */
 int tc_sweep_multi(ring_dtype_t dt, int quick, int verbose, char *msg, size_t len, int *ncases);
 
 /* Free what the checks keep between cases (the device arena and its stream). */

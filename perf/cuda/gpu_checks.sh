@@ -4,13 +4,16 @@
 # needed):
 #
 #   perf/cuda/gpu_checks.sh [--build DIR] [--results DIR] [--steps LIST] [--step-timeout SEC]
-#                           [--no-bench] [--no-sanitizer]
+#                           [--no-build] [--no-bench] [--no-sanitizer]
 #
 # LIST: comma-separated steps below (default tests,coll,bench,sanitizer, run in that order);
 # the build always runs (a no-op when up to date), so a session with a per-command time limit
 # can run `--steps tests,coll` and `--steps sanitizer,bench` as two commands (`allreduce` is
 # an old name of `coll`). --step-timeout: kill a step (and fail it) after SEC seconds, so that
 # one hang on a borrowed machine cannot eat the rest of its time (default: no limit).
+# --no-build: DIR was built elsewhere (same configuration, an x86-64 machine with an older or
+# equal glibc and the same CUDA major version) and is used as it is, to save a borrowed
+# machine the compile (the binaries find the library by relative RPATH).
 #
 #  1. build:      meson setup DIR -Dcuda=enabled -Drdma=disabled (release, no -Werror:
 #                 another machine's compilers may warn differently), ninja
@@ -40,20 +43,23 @@
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
+args="$*"
 
 build=build-gpu
 results=
 steps=tests,coll,bench,sanitizer
 step_timeout=0
+no_build=0
 while [ $# -gt 0 ]; do
     case $1 in
     --build) build=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --step-timeout) step_timeout=$2; shift 2 ;;
+    --no-build) no_build=1; shift ;;
     --no-bench) steps=${steps//bench/}; shift ;;
     --no-sanitizer) steps=${steps//sanitizer/}; shift ;;
-    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "gpu_checks.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -83,7 +89,7 @@ gpu_skip=0
 {
     echo "# ringcomm GPU checks (perf/cuda/gpu_checks.sh)"
     echo "date:     $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "command:  $0 $*"
+    echo "command:  $0 $args"
     echo "host:     $(uname -n) $(uname -sr)"
     echo "gpu:      ${gpu:-none found by nvidia-smi}"
     echo "driver:   ${driver:-?}"
@@ -117,6 +123,11 @@ step() {
 }
 
 build_it() {
+    if [ $no_build = 1 ]; then
+        echo "--no-build: using $build as it is"
+        ls -l "$build/perf/cuda" "$build/perf/ring_perf" "$build/tools/ringrun"
+        return
+    fi
     # RDMA is not what these checks are about: leave it out of the build.
     local opts=(-Dcuda=enabled -Drdma=disabled -Dbuildtype=release -Dlarge_tests=false)
     if [ -d "$build/meson-private" ]; then meson setup --reconfigure "$build" "${opts[@]}"; else meson setup "$build" "${opts[@]}"; fi &&
@@ -164,9 +175,9 @@ if [ $bench = 1 ]; then
         "$build/perf/ring_perf" -G cuda -C allreduce -b 64M -e 256M -f 4 -n 5 -w 2 -c 1
     step bench-ops "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 256M -e 256M -d float32,bfloat16,float16 -o all \
         --final 4
-    # The direct collectives' kernel: 4 inputs (a 4-rank block), (4 + 1) x bytes moved.
+    # The direct all-reduce's kernel for 4 ranks: 4 inputs, 4 outputs, (4 + 4) x bytes moved.
     step bench-multi "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 16M -e 256M -f 4 -d float32,bfloat16 -o sum \
-        --inputs 4
+        --inputs 4 --outputs 4
     grep -h '^# lowest ratio' "$results/bench.log" | sed 's/^# /bench:  /' >>"$summary"
 fi
 

@@ -6,13 +6,14 @@
  * 0.9 at large sizes: the kernels should run at memory speed, like a copy.
  *
  *   reduce_bw [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPES] [-o OPS] [-n ITERS] [-w WARMUP]
- *             [--inplace] [--final NRANKS] [--inputs K] [--csv] [--min-ratio R]
+ *             [--inplace] [--final NRANKS] [--inputs K [--outputs M]] [--csv] [--min-ratio R]
  *
  * Sizes are bytes per buffer (K/M/G suffixes; default 1M .. 1G, x4). DTYPES and OPS are
  * comma lists or "all" (default: all dtypes, sum). --inplace: dst == a. --final: run
  * ring__cuda_reduce_final with that nranks (AVG divides). --inputs K (2..16): the many-input
- * kernel of the direct collectives (ring__cuda_reduce_multi, final step over K), which moves
- * (K + 1) x bytes: K inputs read, dst written. --min-ratio: exit 1 if a size of
+ * kernel of the direct collectives (ring__cuda_reduce_multi, final step over K), with
+ * --outputs M (1..16, default 1) copies of the result written, which moves (K + M) x bytes.
+ * --min-ratio: exit 1 if a size of
  * at least 256 MiB falls below it. Times are CUDA events around ITERS back-to-back launches
  * on one stream, after WARMUP untimed ones.
  */
@@ -89,9 +90,10 @@ static void human(char *out, size_t len, size_t b)
 
 /* Seconds per operation: events around iters launches of fn after warmup ones. */
 typedef struct job {
-    int is_copy, ninputs; /* ninputs: ring__cuda_reduce_multi on srcs[0..ninputs) */
+    int is_copy, ninputs, noutputs; /* ninputs: ring__cuda_reduce_multi, srcs[0..ninputs) into dsts[0..noutputs) */
     void *dst, *a, *b;
     const void *srcs[RING__CUDA_MULTI_MAX];
+    void *dsts[RING__CUDA_MULTI_MAX];
     size_t bytes, count;
     ring_dtype_t dtype;
     ring_op_t op;
@@ -105,8 +107,8 @@ static void launch(const job_t *j)
         CK(cudaMemcpyAsync(j->dst, j->a, j->bytes, cudaMemcpyDeviceToDevice, j->s));
         return;
     }
-    ring_result_t rc = j->ninputs ? ring__cuda_reduce_multi(NULL, j->dst, j->srcs, j->ninputs, j->count, j->dtype, j->op,
-                                                            j->ninputs, j->s)
+    ring_result_t rc = j->ninputs ? ring__cuda_reduce_multi(NULL, (void *const *)j->dsts, j->noutputs, j->srcs, j->ninputs,
+                                                            j->count, j->dtype, j->op, j->ninputs, j->s)
                        : j->nranks ? ring__cuda_reduce_final(NULL, j->dst, j->a, j->b, j->count, j->dtype, j->op, j->nranks, j->s)
                                  : ring__cuda_reduce(NULL, j->dst, j->a, j->b, j->count, j->dtype, j->op, j->s);
     if (rc != RING_OK) {
@@ -155,7 +157,8 @@ int main(int argc, char **argv)
 {
     size_t lo = 1u << 20, hi = (size_t)1 << 30;
     double factor = 4, min_ratio = 0;
-    int dt_on[RING_DTYPE_COUNT], op_on[RING_OP_COUNT], iters = 20, warmup = 5, inplace = 0, csv = 0, nranks = 0, ninputs = 0;
+    int dt_on[RING_DTYPE_COUNT], op_on[RING_OP_COUNT], iters = 20, warmup = 5, inplace = 0, csv = 0, nranks = 0, ninputs = 0,
+        noutputs = 1;
     parse_list("all", dtype_names, RING_DTYPE_COUNT, dt_on, "dtype");
     parse_list("sum", op_names, RING_OP_COUNT, op_on, "op");
     for (int i = 1; i < argc; i++) {
@@ -172,10 +175,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-w")) warmup = atoi(v), i++;
         else if (!strcmp(a, "--final")) nranks = atoi(v), i++;
         else if (!strcmp(a, "--inputs")) ninputs = atoi(v), i++;
+        else if (!strcmp(a, "--outputs")) noutputs = atoi(v), i++;
         else if (!strcmp(a, "--min-ratio")) min_ratio = atof(v), i++;
         else goto usage;
     }
-    if (factor <= 1 || iters < 1 || warmup < 0 || lo > hi || (ninputs && (ninputs < 2 || ninputs > RING__CUDA_MULTI_MAX)))
+    if (factor <= 1 || iters < 1 || warmup < 0 || lo > hi || (ninputs && (ninputs < 2 || ninputs > RING__CUDA_MULTI_MAX)) ||
+        noutputs < 1 || noutputs > RING__CUDA_MULTI_MAX)
         goto usage;
 
     char why[256];
@@ -197,9 +202,9 @@ int main(int argc, char **argv)
            p.name, p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1u << 30), kmod[0] ? kmod : "?",
            drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
     if (ninputs)
-        printf("# bytes: per buffer; GB/s = (bytes read + written) / time, 1 GB = 1e9 B; %d inputs: reduce moves %dx, "
-               "copy 2x; %s\n",
-               ninputs, ninputs + 1, inplace ? "in place (dst == the first input)" : "out of place");
+        printf("# bytes: per buffer; GB/s = (bytes read + written) / time, 1 GB = 1e9 B; %d inputs, %d outputs: reduce "
+               "moves %dx, copy 2x; %s\n",
+               ninputs, noutputs, ninputs + noutputs, inplace ? "in place (output k == input k)" : "out of place");
     else
         printf("# bytes: per buffer; GB/s = (bytes read + written) / time, 1 GB = 1e9 B; reduce moves 3x, copy 2x; %s%s\n",
                inplace ? "in place (dst == a)" : "out of place", nranks ? ", final step" : "");
@@ -215,11 +220,12 @@ int main(int argc, char **argv)
     CK(cudaMemset(a, 0x3c, hi));
     CK(cudaMemset(b, 0x3c, hi));
     if (d) CK(cudaMemset(d, 0, hi));
-    void *more[RING__CUDA_MULTI_MAX] = {NULL}; /* inputs 3.. of --inputs */
+    void *more[RING__CUDA_MULTI_MAX] = {NULL}, *outs[RING__CUDA_MULTI_MAX] = {NULL}; /* inputs 3.., outputs 2.. */
     for (int k = 2; k < ninputs; k++) {
         CK(cudaMalloc(&more[k], hi));
         CK(cudaMemset(more[k], 0x3c, hi));
     }
+    for (int k = 1; k < noutputs && !inplace; k++) CK(cudaMalloc(&outs[k], hi));
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
@@ -242,9 +248,10 @@ int main(int argc, char **argv)
                 size_t es = ring_dtype_size((ring_dtype_t)dt);
                 job_t rj = {.dst = inplace ? a : d, .a = a, .b = b, .bytes = bytes, .count = bytes / es,
                             .dtype = (ring_dtype_t)dt, .op = (ring_op_t)op, .nranks = nranks, .s = s,
-                            .ninputs = ninputs, .srcs = {a, b}};
+                            .ninputs = ninputs, .noutputs = noutputs, .srcs = {a, b}, .dsts = {inplace ? a : d}};
                 for (int k = 2; k < ninputs; k++) rj.srcs[k] = more[k];
-                const double moved = ninputs ? ninputs + 1.0 : 3.0;
+                for (int k = 1; k < noutputs; k++) rj.dsts[k] = inplace ? (void *)rj.srcs[k] : outs[k];
+                const double moved = ninputs ? ninputs + (double)noutputs : 3.0;
                 double tr = time_job(&rj, warmup, iters), red_gbps = moved * (double)(rj.count * es) / tr / 1e9;
                 double ratio = red_gbps / copy_gbps;
                 if (csv)
@@ -270,10 +277,11 @@ int main(int argc, char **argv)
     cudaFree(b);
     cudaFree(d);
     for (int k = 2; k < ninputs; k++) cudaFree(more[k]);
+    for (int k = 1; k < noutputs; k++) cudaFree(outs[k]);
     return min_ratio > 0 && worst < min_ratio ? 1 : 0;
 
 usage:
     fprintf(stderr, "usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-d DTYPES|all] [-o OPS|all] [-n ITERS] [-w WARMUP]\n"
-                    "          [--inplace] [--final NRANKS] [--inputs K] [--csv] [--min-ratio R]\n", argv[0]);
+                    "          [--inplace] [--final NRANKS] [--inputs K [--outputs M]] [--csv] [--min-ratio R]\n", argv[0]);
     return 2;
 }

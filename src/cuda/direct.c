@@ -1,8 +1,8 @@
 /*
  * Direct collectives over CUDA IPC (direct.h, docs/cuda.md "Direct collectives on one host"),
  * for communicators whose ranks all share one host (every ring edge shared memory) and all
- * offer the path (RING_CUDA_IPC=auto or 1 in a CUDA build). Every rank reads its peers' device
- * buffers in place: no staging slots, no host memory, no ring.
+ * offer the path (RING_CUDA_IPC=auto or 1 in a CUDA build). Every rank reads and writes its
+ * peers' device buffers in place: no staging slots, no host memory, no ring.
  *
  * All-reduce of S bytes over N ranks (block r = the r-th of N equal parts, 16-byte aligned):
  *  0. Arrival. Every rank writes a record for the call's sequence number q into its row of a
@@ -15,24 +15,30 @@
  *     all read the same records, so they all decide the same).
  *  2. Stage 1. Map the peers' buffers (cudaIpcOpenMemHandle, cached by the peer's buffer id,
  *     which the driver never reuses), wait until work queued before the call has finished
- *     (the inputs are read by other processes now), publish whether every map worked. Any
- *     failure: every rank falls back to the staged ring for this call, and the rank that
- *     failed stops offering the path for later calls (the log says why).
- *  3. Reduce-scatter, stage 2: rank r reduces block r of all N inputs, in rank order, into
- *     block r of its recvbuf in one kernel (ring__cuda_reduce_multi: reads N x S/N, writes
- *     S/N), and publishes once it finished.
- *  4. All-gather, stage 3: rank r copies block p from rank p's recvbuf for every p != r
- *     (reads and writes (N-1) x S/N), publishes once finished, and returns when every rank
- *     has: a rank's buffers are never read after its call returned.
- * GPU memory traffic, all ranks together: (3N - 1) S, against 5 (N-1) S for the ring over
- * CUDA IPC links (a copy into the link's slot, then a reduction reading it, at every step);
- * nothing crosses PCIe. Synchronisation: four waits on the shared page per call, each for
- * every rank (a few microseconds on one host), and two waits for the own GPU.
- * Reduce-scatter is steps 0-3 on blocks of recvcount elements; all-gather and broadcast are
- * 0-2 and then stage 2 as the copy step (every rank copies what it lacks from its owner).
+ *     (other processes read and write this rank's buffers from here on), publish whether
+ *     every map worked. Any failure: every rank falls back to the staged ring for this call,
+ *     and the rank that failed stops offering the path for later calls (the log says why).
+ *  3. Stage 2. Rank r reduces block r of all N inputs, in rank order, in one kernel
+ *     (ring__cuda_reduce_multi), and writes the result into block r of every rank's recvbuf
+ *     (reads S, writes S per rank); it publishes once the kernel finished and returns when
+ *     every rank has: then every recvbuf is complete, and no rank's buffers are touched after
+ *     its call returned.
+ * GPU memory traffic, all ranks together: 2 N S, against 5 (N-1) S for a ring over CUDA IPC
+ * (15 S against 8 S at N = 4); nothing crosses PCIe. Synchronisation: three waits on the
+ * shared page per call (each for every rank: microseconds on one host) and two waits for the
+ * own GPU. In-place calls work unchanged: block r of every buffer is read and written by rank
+ * r alone, each element's inputs before its outputs.
+ * Reduce-scatter is the same kernel with one output (block r of the inputs into this rank's
+ * recvbuf); all-gather copies every peer's sendbuf into place, broadcast copies the root's
+ * buffer (pull: device-to-device copies through the mappings).
  *
- * Each block is reduced by exactly one rank and copied by the others, so every rank gets the
+ * Each block is reduced by exactly one rank and copied to the others, so every rank gets the
  * same bits (the order of combination is rank order, not the ring's).
+ *
+ * Waiting for peers' GPU work happens on the host. Interprocess CUDA events (peers' streams
+ * waiting for each other, one host wait per call) were measured and were slower where ranks
+ * share a GPU: 1.7 ms against 0.57 ms per 1 MiB all-reduce, 4 ranks on one H200
+ * (docs/performance.md).
  *
  * Waiting: the page gives no file descriptor to poll, so a waiting rank yields, and after
  * 100 ms without progress sleeps a millisecond between looks. A dead rank is noticed by the
@@ -119,6 +125,7 @@ typedef struct direct {
     map_t *maps;    /* nranks x MAPS */
     export_t exports[EXPORTS];
     int device;     /* of the mappings (one device per communicator's direct calls) */
+    ring__cuda_event_t ev; /* made on the first direct call */
 } direct_t;
 
 static size_t page_bytes(int n) { return sizeof(page_t) + (size_t)n * sizeof(row_t); }
@@ -261,6 +268,7 @@ void ring__direct_fini(ring_comm_t *comm)
     if (!d) return;
     comm->cuda_direct = NULL;
     for (size_t i = 0; i < (size_t)comm->nranks * MAPS; i++) ring__cuda_ipc_close(d->maps[i].base, d->maps[i].size);
+    ring__cuda_event_destroy(d->ev);
     if (d->pg) munmap(d->pg, d->pg_bytes);
     if (d->path[0]) unlink(d->path);
     free(d->maps);
@@ -386,8 +394,7 @@ enum { W_RECORDS, W_STAGE, W_GPU };
 static const char *stage_text(int stage, ring__coll_t coll)
 {
     if (stage == 1) return "map the buffers and finish the work queued before the call";
-    if (stage == 2) return coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER ? "reduce its block" : "copy its blocks";
-    return "copy its blocks";
+    return coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER ? "reduce its block" : "copy its blocks";
 }
 
 /*
@@ -497,21 +504,70 @@ static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, rec_t
     const int bcast = op->coll == RING__COLL_BROADCAST;
     if (describe(d, comm, op->sendbuf, &mine->buf[0], why, len)) return -1;
     if (!bcast && describe(d, comm, op->recvbuf, &mine->buf[1], why, len)) return -1;
+    if (!d->ev && ring__cuda_event_create(comm, &d->ev) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
     mine->kind = REC_DEVICE;
     return 0;
 }
 
 static void *at(void *base, const buf_desc_t *b, size_t off) { return (unsigned char *)base + b->off + off; }
 
+/* The GPU work this rank queues between stage 1 and stage 2. */
+static ring_result_t queue_work(ring_comm_t *comm, const ring__opdesc_t *op, const rec_t *recs, void *const *sbase,
+                                void *const *rbase, ring__cuda_stream_t st)
+{
+    const int n = comm->nranks, me = comm->rank;
+    const size_t es = ring_dtype_size(op->dtype), bytes = op->count * es;
+    const unsigned char *send = op->sendbuf;
+    unsigned char *recv = op->recvbuf;
+    const void *srcs[RING__CUDA_MULTI_MAX];
+    void *dsts[RING__CUDA_MULTI_MAX];
+    ring_result_t rc = RING_OK;
+    switch (op->coll) {
+    case RING__COLL_ALLREDUCE: {
+        /* Block `me` (16-byte aligned blocks) of every input, reduced once and written into
+         * every rank's recvbuf. */
+        const size_t align = 16 / es;
+        size_t blk = (op->count + (size_t)n - 1) / (size_t)n;
+        blk = (blk + align - 1) / align * align;
+        const size_t lo = RING__MIN(blk * (size_t)me, op->count), hi = RING__MIN(blk * (size_t)(me + 1), op->count);
+        for (int p = 0; p < n; p++) {
+            srcs[p] = p == me ? send + lo * es : at(sbase[p], &recs[p].buf[0], lo * es);
+            dsts[p] = p == me ? recv + lo * es : at(rbase[p], &recs[p].buf[1], lo * es);
+        }
+        /* dsts[0] is where the kernel's vectors are aligned: this rank's own output. */
+        void *tmp = dsts[0];
+        dsts[0] = dsts[me];
+        dsts[me] = tmp;
+        RING_CHECK(ring__cuda_reduce_multi(comm, dsts, n, srcs, n, hi - lo, op->dtype, op->op, n, st));
+        break;
+    }
+    case RING__COLL_REDUCE_SCATTER:
+        for (int p = 0; p < n; p++)
+            srcs[p] = p == me ? send + (size_t)me * bytes : at(sbase[p], &recs[p].buf[0], (size_t)me * bytes);
+        RING_CHECK(ring__cuda_reduce_multi(comm, (void *const *)&recv, 1, srcs, n, op->count, op->dtype, op->op, n, st));
+        break;
+    case RING__COLL_ALLGATHER:
+        for (int p = 0; p < n; p++) {
+            unsigned char *dst = recv + (size_t)p * bytes;
+            const void *src = p == me ? (const void *)send : at(sbase[p], &recs[p].buf[0], 0);
+            if (dst != src) RING_CHECK(ring__cuda_memcpy_async(comm, dst, src, bytes, st));
+        }
+        break;
+    default: /* broadcast */
+        if (me != op->root)
+            RING_CHECK(ring__cuda_memcpy_async(comm, recv, at(sbase[op->root], &recs[op->root].buf[0], 0), bytes, st));
+    }
+fail:
+    return rc;
+}
+
 ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *st, int *ran)
 {
     direct_t *d = comm->cuda_direct;
     const int n = comm->nranks, me = comm->rank;
-    const size_t es = ring_dtype_size(op->dtype);
     const ring__coll_t coll = op->coll;
     rec_t *recs = NULL, mine;
     void **sbase = NULL, **rbase = NULL; /* per rank: where its allocations are mapped here (own: NULL) */
-    ring__cuda_event_t ev = NULL;
     ring_result_t rc = RING_OK;
     char why[256] = "";
     *ran = 0;
@@ -529,10 +585,14 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
         rc = ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
         goto fail;
     }
+    /* "Inputs ready": the staging stream is a blocking stream, so this follows the work
+     * queued before the call on the legacy default stream; waited for below, while the peers
+     * arrive. */
+    RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
     rec_publish(d, me, op, &mine);
     /* Steps 0 and 1. */
     RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0, recs, NULL));
-    for (int p = 0; p < n; p++)
+    for (int p = 0; p < n; p++) {
         if (recs[p].kind != REC_DEVICE || !same_call(&recs[p], &recs[me])) {
             RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: rank %d %s", ring__coll_name(coll),
                      (unsigned long long)op->seq, p,
@@ -541,7 +601,8 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
                                                    : "runs another call");
             goto fail; /* *ran = 0: the staged path, whose descriptors name any mismatch */
         }
-    /* Step 2: the peers' allocations this rank reads. */
+    }
+    /* Step 2: the peers' allocations this rank reads or writes. */
     {
         int ok = 1;
         for (int p = 0; p < n && ok; p++) {
@@ -553,78 +614,28 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
             if (!ok) {
                 snprintf(why, sizeof why, "%s", ring_comm_last_error(NULL));
                 RING_LOG(RING_LOG_WARN, RING_SUB_COLL, me,
-                         "direct CUDA IPC: cannot map rank %d's buffer, device-buffer collectives go the staged way: %s", p,
-                         why);
+                         "direct CUDA IPC: cannot map rank %d's buffer, device-buffer collectives go the staged way: %s",
+                         p, why);
                 d->declined = 1;
                 atomic_store_explicit(&d->pg->row[me].refused, op->seq + 1, memory_order_relaxed);
             }
         }
-        /* The inputs are read by other processes from here on: work queued before the call
-         * (the staging stream is a blocking stream: it follows the legacy default stream). */
-        RING_CHECK(ring__cuda_event_create(comm, &ev));
-        RING_CHECK(ring__cuda_event_record(comm, ev, st));
-        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
+        /* Peers read this rank's buffers from stage 1 on: its inputs must be there. */
+        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, d->ev));
         RING_CHECK(stage(comm, d, op, 1));
         for (int p = 0; p < n; p++)
             if (atomic_load_explicit(&d->pg->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
     }
     d->device = op->device;
     *ran = 1;
-
-    const unsigned char *send = op->sendbuf;
-    unsigned char *recv = op->recvbuf;
-    if (coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER) {
-        /* Step 3: this rank's block of every rank's input. */
-        size_t blk = op->count, lo = 0, cnt = op->count;
-        if (coll == RING__COLL_ALLREDUCE) {
-            const size_t align = 16 / es;
-            blk = (op->count + (size_t)n - 1) / (size_t)n;
-            blk = (blk + align - 1) / align * align;
-            lo = RING__MIN(blk * (size_t)me, op->count);
-            cnt = RING__MIN(blk * (size_t)(me + 1), op->count) - lo;
-        } else {
-            lo = (size_t)me * op->count;
-        }
-        const void *srcs[RING__CUDA_MULTI_MAX];
-        for (int p = 0; p < n; p++)
-            srcs[p] = p == me ? send + lo * es : at(sbase[p], &recs[p].buf[0], lo * es);
-        unsigned char *dst = coll == RING__COLL_ALLREDUCE ? recv + lo * es : recv;
-        RING_CHECK(ring__cuda_reduce_multi(comm, dst, srcs, n, cnt, op->dtype, op->op, n, st));
-        RING_CHECK(ring__cuda_event_record(comm, ev, st));
-        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
-        RING_CHECK(stage(comm, d, op, 2));
-        if (coll == RING__COLL_ALLREDUCE) {
-            /* Step 4: every other block from its owner's recvbuf. */
-            for (int p = 0; p < n; p++) {
-                if (p == me) continue;
-                size_t plo = RING__MIN(blk * (size_t)p, op->count), phi = RING__MIN(blk * (size_t)(p + 1), op->count);
-                if (phi > plo)
-                    RING_CHECK(ring__cuda_memcpy_async(comm, recv + plo * es, at(rbase[p], &recs[p].buf[1], plo * es),
-                                                       (phi - plo) * es, st));
-            }
-            RING_CHECK(ring__cuda_event_record(comm, ev, st));
-            RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
-            RING_CHECK(stage(comm, d, op, 3));
-        }
-    } else {
-        /* All-gather: every rank's block into place; broadcast: the root's buffer. */
-        const size_t bytes = op->count * es;
-        if (coll == RING__COLL_ALLGATHER) {
-            for (int p = 0; p < n; p++) {
-                unsigned char *dst = recv + (size_t)p * bytes;
-                const void *src = p == me ? (const void *)send : at(sbase[p], &recs[p].buf[0], 0);
-                if (dst != src) RING_CHECK(ring__cuda_memcpy_async(comm, dst, src, bytes, st));
-            }
-        } else if (me != op->root) {
-            RING_CHECK(ring__cuda_memcpy_async(comm, recv, at(sbase[op->root], &recs[op->root].buf[0], 0), bytes, st));
-        }
-        RING_CHECK(ring__cuda_event_record(comm, ev, st));
-        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, ev));
-        RING_CHECK(stage(comm, d, op, 2));
-    }
+    /* Steps 3 and 4: one kernel for all-reduce and reduce-scatter, copies for the others;
+     * once every rank's work finished, no rank's buffers are read or written any more. */
+    RING_CHECK(queue_work(comm, op, recs, sbase, rbase, st));
+    RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
+    RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, d->ev));
+    RING_CHECK(stage(comm, d, op, 2));
     d->ncalls++;
 fail:
-    ring__cuda_event_destroy(ev);
     free(recs);
     free(sbase);
     free(rbase);

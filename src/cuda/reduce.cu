@@ -207,11 +207,14 @@ reduce_kernel(T *dst, const T *a, const T *b, size_t head, size_t nvec, size_t t
 /*
  * Many inputs (ring__cuda_reduce_multi): dst = ((s0 op s1) op s2) ... op s[n-1], one rounding
  * per step as in a chain of the two-input kernel, the last step the final one (AVG divides
- * there). Each thread keeps its kUnroll vectors in registers across the inputs, so dst is
- * written once and each input read once: (n + 1) x bytes instead of 3(n - 1) x bytes.
+ * there), written to dst and to every extra output out[1..nout). Each thread keeps its
+ * kUnroll vectors in registers across the inputs, so each input is read once and each output
+ * written once: (n + nout) x bytes instead of 3(n - 1) x bytes plus copies.
  */
 struct Srcs {
     const void *p[RING__CUDA_MULTI_MAX];
+    void *out[RING__CUDA_MULTI_MAX]; /* out[0] is the kernel's dst */
+    int nout;
 };
 
 template <int OP> struct StepOp {
@@ -237,8 +240,13 @@ __host__ __device__ __forceinline__ void multi_thread(size_t tid, size_t stride,
     typedef typename Raw<VB>::type R;
     typedef VecOf<T, VB> Vec;
     const size_t body_end = head + nvec * W;
-    if (tid < head) dst[tid] = combine<Ops, T, OP>(s, n, tid, nranks);
-    if (tid < tail) dst[body_end + tid] = combine<Ops, T, OP>(s, n, body_end + tid, nranks);
+    for (int side = 0; side < 2; side++) {
+        const size_t j = side ? body_end + tid : tid;
+        if (tid >= (side ? tail : head)) continue;
+        const T v = combine<Ops, T, OP>(s, n, j, nranks);
+        dst[j] = v;
+        for (int o = 1; o < s.nout; o++) static_cast<T *>(s.out[o])[j] = v;
+    }
 
     R *vd = reinterpret_cast<R *>(dst + head);
     size_t i = tid;
@@ -266,6 +274,11 @@ UNROLL
         }
 UNROLL
         for (int u = 0; u < kUnroll; u++) vd[i + u * stride] = x[u].raw;
+        for (int o = 1; o < s.nout; o++) {
+            R *vo = reinterpret_cast<R *>(static_cast<T *>(s.out[o]) + head);
+UNROLL
+            for (int u = 0; u < kUnroll; u++) vo[i + u * stride] = x[u].raw;
+        }
     }
     for (; i < nvec; i += stride) {
         Vec x, y;
@@ -278,6 +291,7 @@ UNROLL
                                     : Ops::template apply<StepOp<OP>::value>(x.e[e], y.e[e], nranks);
         }
         vd[i] = x.raw;
+        for (int o = 1; o < s.nout; o++) reinterpret_cast<R *>(static_cast<T *>(s.out[o]) + head)[i] = x.raw;
     }
 }
 
@@ -364,13 +378,14 @@ cudaError_t run_op(void *dstv, const void *av, const void *bv, size_t n, int nra
     return launch<Ops, T, OP, kVec>(dst, a, b, nullptr, 0, head, nvec, tail, nranks, stream);
 }
 
-/* The same for many inputs: the vector body where dst and every input agree modulo 16. */
+/* The same for many inputs: the vector body where every input and output agree modulo 16. */
 template <class Ops, typename T, int OP>
 cudaError_t run_multi_op(void *dstv, const Srcs &s, int nsrc, size_t n, int nranks, cudaStream_t stream)
 {
     T *dst = static_cast<T *>(dstv);
     bool congruent = true;
     for (int k = 0; k < nsrc; k++) congruent = congruent && (uintptr_t)s.p[k] % kVec == (uintptr_t)dst % kVec;
+    for (int o = 1; o < s.nout; o++) congruent = congruent && (uintptr_t)s.out[o] % kVec == (uintptr_t)dst % kVec;
     if (!congruent) return launch<Ops, T, OP, (int)sizeof(T)>(dst, nullptr, nullptr, &s, nsrc, 0, n, 0, nranks, stream);
     size_t head, nvec, tail;
     split(dst, n, &head, &nvec, &tail);
@@ -413,14 +428,16 @@ ring_result_t reduce_any(ring_comm_t *comm, void *dst, const void *a, const void
     const char *what = s ? "ring__cuda_reduce_multi" : nranks ? "ring__cuda_reduce_final" : "ring__cuda_reduce";
     if ((unsigned)dtype >= RING_DTYPE_COUNT || (unsigned)op >= RING_OP_COUNT)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: invalid dtype %d or op %d", what, (int)dtype, (int)op);
-    if (s && (nsrc < 2 || nsrc > RING__CUDA_MULTI_MAX))
-        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: %d inputs (2 to %d)", what, nsrc, RING__CUDA_MULTI_MAX);
+    if (s && (nsrc < 2 || nsrc > RING__CUDA_MULTI_MAX || s->nout < 1 || s->nout > RING__CUDA_MULTI_MAX))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: %d inputs and %d outputs (2 to %d, 1 to %d)", what, nsrc,
+                            s->nout, RING__CUDA_MULTI_MAX, RING__CUDA_MULTI_MAX);
     if (count == 0) return RING_OK;
     size_t es = ring_dtype_size(dtype);
     uintptr_t bits = (uintptr_t)dst;
     bool null = !dst;
     if (s) {
         for (int k = 0; k < nsrc; k++) bits |= (uintptr_t)s->p[k], null = null || !s->p[k];
+        for (int o = 1; o < s->nout; o++) bits |= (uintptr_t)s->out[o], null = null || !s->out[o];
     } else {
         bits |= (uintptr_t)a | (uintptr_t)b;
         null = null || !a || !b;
@@ -433,7 +450,7 @@ ring_result_t reduce_any(ring_comm_t *comm, void *dst, const void *a, const void
     /* Tests without a GPU (ring__cuda_set_emulation): queue it on the emulated stream, which
      * runs it later through the emulated entries below (emulate != 0 then). */
     if (!emulate && ring__cuda_emulating())
-        return s ? ring__cuda_emu_reduce_multi(comm, dst, s->p, nsrc, count, dtype, op, nranks, stream)
+        return s ? ring__cuda_emu_reduce_multi(comm, s->out, s->nout, s->p, nsrc, count, dtype, op, nranks, stream)
                  : ring__cuda_emu_reduce(comm, dst, a, b, count, dtype, op, nranks, stream);
     cudaError_t e = cudaErrorInvalidValue;
     switch (dtype) {
@@ -463,13 +480,15 @@ ring_result_t reduce(ring_comm_t *comm, void *dst, const void *a, const void *b,
     return reduce_any(comm, dst, a, b, NULL, 0, count, dtype, op, nranks, stream);
 }
 
-ring_result_t reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc, size_t count,
-                           ring_dtype_t dtype, ring_op_t op, int nranks, cudaStream_t stream)
+ring_result_t reduce_multi(ring_comm_t *comm, void *const *dsts, int ndst, const void *const *srcs, int nsrc,
+                           size_t count, ring_dtype_t dtype, ring_op_t op, int nranks, cudaStream_t stream)
 {
     Srcs s = {};
     if (nsrc < 0 || nsrc > RING__CUDA_MULTI_MAX) nsrc = -1; /* reduce_any reports it */
+    s.nout = ndst < 1 || ndst > RING__CUDA_MULTI_MAX ? 0 : ndst;
     for (int k = 0; k < nsrc; k++) s.p[k] = srcs[k];
-    return reduce_any(comm, dst, NULL, NULL, &s, nsrc, count, dtype, op, nranks, stream);
+    for (int o = 0; o < s.nout; o++) s.out[o] = dsts[o];
+    return reduce_any(comm, s.out[0], NULL, NULL, &s, nsrc, count, dtype, op, nranks, stream);
 }
 
 } // namespace
@@ -486,22 +505,22 @@ extern "C" ring_result_t ring__cuda_reduce_emulated(ring_comm_t *comm, void *dst
     return rc;
 }
 
-extern "C" ring_result_t ring__cuda_reduce_multi_emulated(ring_comm_t *comm, void *dst, const void *const *srcs,
-                                                          int nsrc, size_t count, ring_dtype_t dtype, ring_op_t op,
-                                                          int nranks, size_t nthreads)
+extern "C" ring_result_t ring__cuda_reduce_multi_emulated(ring_comm_t *comm, void *const *dsts, int ndst,
+                                                          const void *const *srcs, int nsrc, size_t count,
+                                                          ring_dtype_t dtype, ring_op_t op, int nranks, size_t nthreads)
 {
     emulate = (nthreads + kThreads - 1) / kThreads * kThreads;
     if (!emulate) emulate = kThreads;
-    ring_result_t rc = reduce_multi(comm, dst, srcs, nsrc, count, dtype, op, nranks < 1 ? 1 : nranks, NULL);
+    ring_result_t rc = reduce_multi(comm, dsts, ndst, srcs, nsrc, count, dtype, op, nranks < 1 ? 1 : nranks, NULL);
     emulate = 0;
     return rc;
 }
 
-extern "C" ring_result_t ring__cuda_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc,
-                                                 size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+extern "C" ring_result_t ring__cuda_reduce_multi(ring_comm_t *comm, void *const *dsts, int ndst, const void *const *srcs,
+                                                 int nsrc, size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
                                                  ring__cuda_stream_t stream)
 {
-    return reduce_multi(comm, dst, srcs, nsrc, count, dtype, op, nranks < 1 ? 1 : nranks, stream);
+    return reduce_multi(comm, dsts, ndst, srcs, nsrc, count, dtype, op, nranks < 1 ? 1 : nranks, stream);
 }
 
 extern "C" ring_result_t ring__cuda_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,

@@ -59,18 +59,21 @@ ring_result_t ring__cuda_reduce_final(ring_comm_t *comm, void *dst, const void *
                                       ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
 
 /*
- * Many inputs at once (the direct collectives of src/cuda/direct.c): dst[i] = srcs[0][i] op
+ * Many inputs at once (the direct collectives of src/cuda/direct.c): r[i] = srcs[0][i] op
  * srcs[1][i] op ... op srcs[nsrc-1][i], combined left to right with one rounding per step,
  * exactly as a chain of ring__cuda_reduce calls ending in ring__cuda_reduce_final(nranks)
- * would give, but reading each input once and writing dst once. 2 <= nsrc <=
- * RING__CUDA_MULTI_MAX; dst may equal one input exactly; the alignment rule as above.
+ * would give, written to every dsts[0..ndst), reading each input once and writing each
+ * output once. 2 <= nsrc <= RING__CUDA_MULTI_MAX, 1 <= ndst <= RING__CUDA_MULTI_MAX; an
+ * output may equal an input exactly (each element's inputs are read before any of its
+ * outputs is written) but must not overlap one partially; the alignment rule as above.
  */
 #define RING__CUDA_MULTI_MAX 16
-ring_result_t ring__cuda_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc, size_t count,
-                                      ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
+ring_result_t ring__cuda_reduce_multi(ring_comm_t *comm, void *const *dsts, int ndst, const void *const *srcs, int nsrc,
+                                      size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+                                      ring__cuda_stream_t stream);
 /* Tests: its per-thread code on the CPU, as ring__cuda_reduce_emulated. */
-ring_result_t ring__cuda_reduce_multi_emulated(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc,
-                                               size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+ring_result_t ring__cuda_reduce_multi_emulated(ring_comm_t *comm, void *const *dsts, int ndst, const void *const *srcs,
+                                               int nsrc, size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
                                                size_t nthreads);
 
 /* Report a CUDA runtime error (err: a cudaError_t) from `what` on comm, mapped as above;
@@ -172,8 +175,9 @@ int ring__cuda_emulating(void);
 /* reduce.cu's ring__cuda_reduce queues its work here when emulating. */
 ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                     ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
-ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc, size_t count,
-                                          ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);
+ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *const *dsts, int ndst, const void *const *srcs,
+                                          int nsrc, size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
+                                          ring__cuda_stream_t stream);
 
 #ifdef __cplusplus
 }

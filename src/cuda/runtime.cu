@@ -74,8 +74,9 @@ struct EmuOp {
     ring_dtype_t dtype;
     ring_op_t op;
     int nranks;
-    int nsrc; /* kind 2: srcs[0..nsrc) */
+    int nsrc, ndst; /* kind 2: srcs[0..nsrc) into dsts[0..ndst) */
     const void *srcs[RING__CUDA_MULTI_MAX];
+    void *dsts[RING__CUDA_MULTI_MAX];
 };
 
 struct EmuStream {
@@ -101,7 +102,7 @@ void emu_exec(const EmuOp &o)
 {
     if (o.kind == 0) memmove(o.dst, o.a, o.n);
     else if (o.kind == 1) (void)ring__cuda_reduce_emulated(NULL, o.dst, o.a, o.b, o.n, o.dtype, o.op, o.nranks, 256);
-    else (void)ring__cuda_reduce_multi_emulated(NULL, o.dst, o.srcs, o.nsrc, o.n, o.dtype, o.op, o.nranks, 256);
+    else (void)ring__cuda_reduce_multi_emulated(NULL, o.dsts, o.ndst, o.srcs, o.nsrc, o.n, o.dtype, o.op, o.nranks, 256);
 }
 
 /* Run queued work up to (excluding) op number upto. emu_mu held. */
@@ -162,18 +163,19 @@ extern "C" ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, con
                                                ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream)
 {
     EmuLock l;
-    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, {}};
+    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, 0, {}, {}};
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
     return RING_OK;
 }
 
-extern "C" ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *dst, const void *const *srcs, int nsrc,
-                                                     size_t count, ring_dtype_t dtype, ring_op_t op, int nranks,
-                                                     ring__cuda_stream_t stream)
+extern "C" ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *const *dsts, int ndst,
+                                                     const void *const *srcs, int nsrc, size_t count, ring_dtype_t dtype,
+                                                     ring_op_t op, int nranks, ring__cuda_stream_t stream)
 {
     EmuLock l;
-    EmuOp o = {2, dst, NULL, NULL, count, dtype, op, nranks, nsrc, {}};
+    EmuOp o = {2, dsts[0], NULL, NULL, count, dtype, op, nranks, nsrc, ndst, {}, {}};
     for (int k = 0; k < nsrc && k < RING__CUDA_MULTI_MAX; k++) o.srcs[k] = srcs[k];
+    for (int k = 0; k < ndst && k < RING__CUDA_MULTI_MAX; k++) o.dsts[k] = dsts[k];
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
     return RING_OK;
 }
@@ -410,7 +412,7 @@ extern "C" ring_result_t ring__cuda_memcpy_async(ring_comm_t *comm, void *dst, c
     if (!bytes) return RING_OK;
     if (emu_on) {
         EmuLock l;
-        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, {}};
+        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, 0, {}, {}};
         if (!emu_push(emu_stream(s), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
         return RING_OK;
     }
