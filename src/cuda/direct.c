@@ -47,6 +47,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -235,6 +236,15 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
          * RING_SHM_DIR however the job ends. */
         const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
         while (atomic_load_explicit(&d->pg->opened, memory_order_acquire) != (uint32_t)comm->nranks - 1) {
+            /* A rank that dies in init never opens it: its bootstrap connection says so. */
+            for (int r = 1; r < comm->nranks && comm->bs && comm->bs->rank_fds; r++) {
+                struct pollfd pf = {.fd = comm->bs->rank_fds[r], .events = POLLRDHUP};
+                if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                    rc = ring__seterr(comm, RING_ERR_PEER, "direct CUDA IPC: rank %d (%s, pid %u) died during init", r,
+                                      comm->peers[r].host, comm->peers[r].pid);
+                    goto fail;
+                }
+            }
             if (ring__now_ns() > deadline) {
                 rc = ring__seterr(comm, RING_ERR_TIMEOUT,
                                   "direct CUDA IPC: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
