@@ -80,7 +80,7 @@ typedef struct buf_desc {
 } buf_desc_t;
 
 typedef struct rec {
-    _Atomic uint64_t seq; /* q + 1 once the fields below describe call q; 0 while rewritten */
+    _Atomic uint64_t seq; /* q + 1 once the fields below describe call q */
     uint32_t coll, dtype, op, kind;
     int32_t root, device;
     uint32_t pid, pad;
@@ -213,8 +213,7 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
         d->pg->nranks = (uint32_t)comm->nranks;
         d->pg->nonce = comm->job_nonce;
         d->pg->version = PAGE_VERSION;
-        atomic_thread_fence(memory_order_release);
-        d->pg->magic = PAGE_MAGIC;
+        __atomic_store_n(&d->pg->magic, PAGE_MAGIC, __ATOMIC_RELEASE);
     } else {
         /* The header is rank 0's first write after sizing the file: wait for it likewise. */
         const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
@@ -297,9 +296,9 @@ static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->pg->row[ran
 
 static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const rec_t *fill)
 {
+    /* The slot held call seq - HIST, which every rank has finished with (no rank is HIST
+     * calls ahead of another): readers look at the fields only after seeing seq + 1. */
     rec_t *r = rec_of(d, rank, op->seq);
-    atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
     r->coll = (uint32_t)op->coll;
     r->dtype = (uint32_t)op->dtype;
     r->op = (uint32_t)op->op;
@@ -312,16 +311,15 @@ static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const r
     atomic_store_explicit(&r->seq, op->seq + 1, memory_order_release);
 }
 
-/* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call. */
+/* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call (a
+ * rank HIST calls ahead: a bug, reported). */
 static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
 {
     rec_t *r = rec_of(d, p, q);
     uint64_t s = atomic_load_explicit(&r->seq, memory_order_acquire);
-    if (s == 0 || s < q + 1) return 0;
+    if (s < q + 1) return 0;
     if (s > q + 1) return -1;
     memcpy((char *)out + sizeof out->seq, (const char *)r + sizeof r->seq, sizeof *r - sizeof r->seq);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&r->seq, memory_order_relaxed) != s) return 0;
     atomic_init(&out->seq, s);
     return 1;
 }
