@@ -82,8 +82,8 @@ typedef struct buf_desc {
 typedef struct rec {
     _Atomic uint64_t seq; /* q + 1 once the fields below describe call q */
     uint32_t coll, dtype, op, kind;
-    int32_t root, device;
-    uint32_t pid, pad;
+    int32_t root;
+    uint32_t pid;
     uint64_t count;
     buf_desc_t buf[2]; /* sendbuf, recvbuf */
 } rec_t;
@@ -127,9 +127,24 @@ typedef struct direct {
     export_t exports[EXPORTS];
     int device;     /* of the mappings (one device per communicator's direct calls) */
     ring__cuda_event_t ev; /* made on the first direct call */
+    /* Per call, nranks each: the records read, which of them arrived, where each peer's
+     * sendbuf and recvbuf allocations are mapped here (own: unused). */
+    rec_t *recs;
+    unsigned char *got;
+    void **sbase, **rbase;
 } direct_t;
 
 static size_t page_bytes(int n) { return sizeof(page_t) + (size_t)n * sizeof(row_t); }
+
+static void direct_free(direct_t *d)
+{
+    free(d->maps);
+    free(d->recs);
+    free(d->got);
+    free(d->sbase);
+    free(d->rbase);
+    free(d);
+}
 
 static void page_name(const ring_comm_t *comm, char *out, size_t len)
 {
@@ -152,9 +167,16 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
     direct_t *d = NULL;
     if (!offered(comm)) return RING_OK;
     const size_t bytes = page_bytes(comm->nranks);
+    const size_t n = (size_t)comm->nranks;
     d = calloc(1, sizeof *d);
-    if (d) d->maps = calloc((size_t)comm->nranks * MAPS, sizeof *d->maps);
-    if (!d || !d->maps) {
+    if (d) {
+        d->maps = calloc(n * MAPS, sizeof *d->maps);
+        d->recs = calloc(n, sizeof *d->recs);
+        d->got = calloc(n, 1);
+        d->sbase = calloc(n, sizeof *d->sbase);
+        d->rbase = calloc(n, sizeof *d->rbase);
+    }
+    if (!d || !d->maps || !d->recs || !d->got || !d->sbase || !d->rbase) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
         goto fail;
     }
@@ -265,8 +287,7 @@ fail:
     if (d) {
         if (d->pg) munmap(d->pg, bytes);
         if (d->path[0]) unlink(d->path);
-        free(d->maps);
-        free(d);
+        direct_free(d);
     }
     return rc;
 }
@@ -280,8 +301,7 @@ void ring__direct_fini(ring_comm_t *comm)
     ring__cuda_event_destroy(d->ev);
     if (d->pg) munmap(d->pg, d->pg_bytes);
     if (d->path[0]) unlink(d->path);
-    free(d->maps);
-    free(d);
+    direct_free(d);
 }
 
 uint64_t ring__cuda_direct_count(ring_comm_t *comm)
@@ -305,7 +325,6 @@ static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const r
     r->root = op->root;
     r->count = op->count;
     r->kind = fill ? fill->kind : REC_HOST;
-    r->device = fill ? fill->device : -1;
     r->pid = (uint32_t)getpid();
     if (fill) memcpy(r->buf, fill->buf, sizeof r->buf);
     atomic_store_explicit(&r->seq, op->seq + 1, memory_order_release);
@@ -333,7 +352,7 @@ void ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op)
 /* ---------- this rank's buffers ---------- */
 
 /* Describe the allocation holding ptr for peers: 0 done, else why not in why. */
-static int describe(direct_t *d, ring_comm_t *comm, const void *ptr, buf_desc_t *b, char *why, size_t len)
+static int describe(direct_t *d, const void *ptr, buf_desc_t *b, char *why, size_t len)
 {
     ring__mem_range_t mr;
     if (ring__mem_range(NULL, ptr, &mr) != RING_OK) {
@@ -366,7 +385,6 @@ static int describe(direct_t *d, ring_comm_t *comm, const void *ptr, buf_desc_t 
     }
     e->used = ++d->tick;
     memcpy(b->handle, e->handle, sizeof b->handle);
-    (void)comm;
     return 0;
 }
 
@@ -406,36 +424,33 @@ static const char *stage_text(int stage, ring__coll_t coll)
 }
 
 /*
- * Wait until every rank's record of this call is there (W_RECORDS: recs[] filled), every rank
- * reached progress `target` (W_STAGE), or this rank's event finished (W_GPU).
+ * Wait until every rank's record of this call is there (W_RECORDS: d->recs filled), every
+ * rank reached progress `target` (W_STAGE), or this rank's event finished (W_GPU).
  */
-static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int what, uint64_t target,
-                              rec_t *recs, ring__cuda_event_t ev)
+static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int what, uint64_t target)
 {
     const char *name = ring__coll_name(op->coll);
     const int n = comm->nranks;
     int64_t last = ring__now_ns();
-    int have = 0, lag = -1;
-    unsigned char *got = NULL;
+    int lag = -1;
     ring_result_t rc = RING_OK;
-    if (what == W_RECORDS && !(got = calloc((size_t)n, 1)))
-        return ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
+    if (what == W_RECORDS) memset(d->got, 0, (size_t)n);
     for (;;) {
         int done = 1, moved = 0;
         if (what == W_GPU) {
-            RING_CHECK(ring__cuda_event_query(comm, ev, &done));
+            RING_CHECK(ring__cuda_event_query(comm, d->ev, &done));
         } else {
             for (int p = 0; p < n; p++) {
                 if (what == W_RECORDS) {
-                    if (got[p]) continue;
-                    int r = rec_read(d, p, op->seq, &recs[p]);
+                    if (d->got[p]) continue;
+                    int r = rec_read(d, p, op->seq, &d->recs[p]);
                     if (r < 0) {
                         rc = ring__seterr(comm, RING_ERR_INTERNAL,
                                           "%s #%llu: rank %d is %d or more calls ahead of this rank (direct CUDA IPC)",
                                           name, (unsigned long long)op->seq, p, HIST);
                         goto fail;
                     }
-                    if (r > 0) got[p] = 1, have++, moved = 1;
+                    if (r > 0) d->got[p] = 1, moved = 1;
                     else done = 0, lag = p;
                 } else if (atomic_load_explicit(&d->pg->row[p].progress, memory_order_acquire) < target) {
                     done = 0;
@@ -479,8 +494,6 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
         }
     }
 fail:
-    free(got);
-    (void)have;
     return rc;
 }
 
@@ -489,7 +502,7 @@ static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t 
 {
     const uint64_t target = 4 * (op->seq + 1) + (uint64_t)s;
     atomic_store_explicit(&d->pg->row[comm->rank].progress, target, memory_order_release);
-    return wait_for(comm, d, op, W_STAGE, target, NULL, NULL);
+    return wait_for(comm, d, op, W_STAGE, target);
 }
 
 /* ---------- the call ---------- */
@@ -503,15 +516,14 @@ static int same_call(const rec_t *a, const rec_t *b)
 static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, rec_t *mine, char *why, size_t len)
 {
     memset(mine, 0, sizeof *mine);
-    mine->device = op->device;
     mine->kind = REC_DECLINE;
     if (d->declined) return snprintf(why, len, "declined since an earlier call"), -1;
     if (comm->params.algo != RING__ALGO_AUTO) return snprintf(why, len, "RING_ALGO names an algorithm"), -1;
     if (d->device >= 0 && d->device != op->device)
         return snprintf(why, len, "buffers on device %d, earlier direct calls on device %d", op->device, d->device), -1;
     const int bcast = op->coll == RING__COLL_BROADCAST;
-    if (describe(d, comm, op->sendbuf, &mine->buf[0], why, len)) return -1;
-    if (!bcast && describe(d, comm, op->recvbuf, &mine->buf[1], why, len)) return -1;
+    if (describe(d, op->sendbuf, &mine->buf[0], why, len)) return -1;
+    if (!bcast && describe(d, op->recvbuf, &mine->buf[1], why, len)) return -1;
     if (!d->ev && ring__cuda_event_create(comm, &d->ev) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
     mine->kind = REC_DEVICE;
     return 0;
@@ -542,10 +554,6 @@ static ring_result_t queue_work(ring_comm_t *comm, const ring__opdesc_t *op, con
             srcs[p] = p == me ? send + lo * es : at(sbase[p], &recs[p].buf[0], lo * es);
             dsts[p] = p == me ? recv + lo * es : at(rbase[p], &recs[p].buf[1], lo * es);
         }
-        /* dsts[0] is where the kernel's vectors are aligned: this rank's own output. */
-        void *tmp = dsts[0];
-        dsts[0] = dsts[me];
-        dsts[me] = tmp;
         RING_CHECK(ring__cuda_reduce_multi(comm, dsts, n, srcs, n, hi - lo, op->dtype, op->op, n, st));
         break;
     }
@@ -574,8 +582,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     direct_t *d = comm->cuda_direct;
     const int n = comm->nranks, me = comm->rank;
     const ring__coll_t coll = op->coll;
-    rec_t *recs = NULL, mine;
-    void **sbase = NULL, **rbase = NULL; /* per rank: where its allocations are mapped here (own: NULL) */
+    rec_t mine;
     ring_result_t rc = RING_OK;
     char why[256] = "";
     *ran = 0;
@@ -586,20 +593,14 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
                  (unsigned long long)op->seq, why);
         return RING_OK;
     }
-    recs = calloc((size_t)n, sizeof *recs);
-    sbase = calloc((size_t)n, sizeof *sbase);
-    rbase = calloc((size_t)n, sizeof *rbase);
-    if (!recs || !sbase || !rbase) {
-        rc = ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
-        goto fail;
-    }
+    const rec_t *recs = d->recs;
     /* "Inputs ready": the staging stream is a blocking stream, so this follows the work
      * queued before the call on the legacy default stream; waited for below, while the peers
      * arrive. */
     RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
     rec_publish(d, me, op, &mine);
     /* Steps 0 and 1. */
-    RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0, recs, NULL));
+    RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0));
     for (int p = 0; p < n; p++) {
         if (recs[p].kind != REC_DEVICE || !same_call(&recs[p], &recs[me])) {
             RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: rank %d %s", ring__coll_name(coll),
@@ -617,8 +618,8 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
             if (p == me) continue;
             const int need_send = coll == RING__COLL_BROADCAST ? p == op->root : 1;
             const int need_recv = coll == RING__COLL_ALLREDUCE;
-            if (need_send && map_peer(d, p, recs[p].pid, &recs[p].buf[0], &sbase[p]) != RING_OK) ok = 0;
-            if (ok && need_recv && map_peer(d, p, recs[p].pid, &recs[p].buf[1], &rbase[p]) != RING_OK) ok = 0;
+            if (need_send && map_peer(d, p, recs[p].pid, &recs[p].buf[0], &d->sbase[p]) != RING_OK) ok = 0;
+            if (ok && need_recv && map_peer(d, p, recs[p].pid, &recs[p].buf[1], &d->rbase[p]) != RING_OK) ok = 0;
             if (!ok) {
                 snprintf(why, sizeof why, "%s", ring_comm_last_error(NULL));
                 RING_LOG(RING_LOG_WARN, RING_SUB_COLL, me,
@@ -629,7 +630,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
             }
         }
         /* Peers read this rank's buffers from stage 1 on: its inputs must be there. */
-        RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, d->ev));
+        RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
         RING_CHECK(stage(comm, d, op, 1));
         for (int p = 0; p < n; p++)
             if (atomic_load_explicit(&d->pg->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
@@ -638,14 +639,11 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     *ran = 1;
     /* Steps 3 and 4: one kernel for all-reduce and reduce-scatter, copies for the others;
      * once every rank's work finished, no rank's buffers are read or written any more. */
-    RING_CHECK(queue_work(comm, op, recs, sbase, rbase, st));
+    RING_CHECK(queue_work(comm, op, recs, d->sbase, d->rbase, st));
     RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
-    RING_CHECK(wait_for(comm, d, op, W_GPU, 0, NULL, d->ev));
+    RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
     RING_CHECK(stage(comm, d, op, 2));
     d->ncalls++;
 fail:
-    free(recs);
-    free(sbase);
-    free(rbase);
     return rc;
 }

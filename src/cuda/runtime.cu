@@ -462,6 +462,13 @@ struct EmuIpc {
     int fd;
 };
 EmuIpc *emu_ipc;
+
+void emu_handle(unsigned char *handle, int fd, uint64_t bytes)
+{
+    uint32_t w[3] = {EMU_IPC_MAGIC, (uint32_t)getpid(), (uint32_t)fd};
+    memcpy(handle, w, sizeof w);
+    memcpy(handle + 12, &bytes, sizeof bytes);
+}
 } // namespace
 
 extern "C" ring_result_t ring__cuda_ipc_alloc(ring_comm_t *comm, size_t bytes, void **p, unsigned char *handle)
@@ -486,10 +493,7 @@ extern "C" ring_result_t ring__cuda_ipc_alloc(ring_comm_t *comm, size_t bytes, v
             e->next = emu_ipc;
             emu_ipc = e;
         }
-        uint32_t w[3] = {EMU_IPC_MAGIC, (uint32_t)getpid(), (uint32_t)fd};
-        uint64_t b = bytes;
-        memcpy(handle, w, sizeof w);
-        memcpy(handle + 12, &b, sizeof b);
+        emu_handle(handle, fd, bytes);
         *p = m;
         return RING_OK;
     }
@@ -542,10 +546,7 @@ extern "C" ring_result_t ring__cuda_ipc_export(ring_comm_t *comm, void *base, si
         }
         if (fd < 0)
             return ring__seterr(comm, RING_ERR_UNSUPPORTED, "emulated cudaIpcGetMemHandle: %p is not shareable memory", base);
-        uint32_t w[3] = {EMU_IPC_MAGIC, (uint32_t)getpid(), (uint32_t)fd};
-        uint64_t b = bytes;
-        memcpy(handle, w, sizeof w);
-        memcpy(handle + 12, &b, sizeof b);
+        emu_handle(handle, fd, bytes);
         return RING_OK;
     }
     cudaIpcMemHandle_t h;
