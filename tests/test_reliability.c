@@ -1740,7 +1740,7 @@ static double abort_latency(kind_t kind, size_t count, int async, char *msg, siz
 /*
  * A rank that destroys its communicator while the others are in a collective with it: its
  * goodbye reaches the root directly and the other ranks through the root's relay, so every
- * rank's error names it and says it called ring_comm_destroy, without waiting out the 1 s
+ * rank's error names it and says it called ring_comm_destroy, without waiting out the 4 s
  * cause grace for a failure notice that never comes. 8 MiB per rank so that the senders to
  * rank 2 are still sending (and see the closed connection themselves) when it leaves.
  */
