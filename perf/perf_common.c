@@ -191,7 +191,7 @@ int pc_next_size(size_t *size, size_t factor, size_t incr)
 
 static const char *const coll_names[PC_COLL_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                                       "barrier"};
-static const char *const algo_names[PC_ALGO_COUNT] = {"ring", "ps", "rd", "tree", "rh"};
+static const char *const algo_names[PC_ALGO_COUNT] = {"ring", "ps", "rd", "tree", "rh", "sm"};
 
 const char *pc_coll_name(pc_coll_t c) { return coll_names[c]; }
 const char *pc_algo_name(pc_algo_t a) { return algo_names[a]; }
@@ -246,6 +246,7 @@ double pc_model_us(pc_coll_t c, pc_algo_t a, int nranks, size_t bytes, double al
     if (a == PC_ALGO_RD && c != PC_COLL_ALLREDUCE && c != PC_COLL_BARRIER) return -1;
     if (a == PC_ALGO_TREE && c != PC_COLL_BROADCAST) return -1;
     if (a == PC_ALGO_RH && c != PC_COLL_ALLREDUCE) return -1;
+    if (a == PC_ALGO_SM) return -1; /* no link: memory copies and two waits per round */
     if (nranks <= 1) return 0; /* nothing crosses a link */
     const double n = nranks, s = (double)bytes;
     if (alpha_s < 0 || (c != PC_COLL_BARRIER && !(bw_Bps > 0))) return -1;
@@ -278,6 +279,7 @@ double pc_model_us(pc_coll_t c, pc_algo_t a, int nranks, size_t bytes, double al
 const char *pc_model_formula(pc_coll_t c, pc_algo_t a)
 {
     if (a == PC_ALGO_PS) return c == PC_COLL_ALLREDUCE ? "2(n-1)*(alpha + S/B)" : "-";
+    if (a == PC_ALGO_SM) return "-";
     if (a == PC_ALGO_RH)
         return c == PC_COLL_ALLREDUCE ? "2log2(p)*alpha + 2(p-1)/p*S/B + 2[n>p]*(alpha + S/B), p = largest power of 2 <= n" : "-";
     if (a == PC_ALGO_TREE)

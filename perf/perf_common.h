@@ -52,7 +52,7 @@ typedef enum { PC_MEM_HOST, PC_MEM_CUDA, PC_MEM_BOTH } pc_mem_t;
 /* Algorithms: -A picks the library (PC_ALGO_RING; it runs the ring, or recursive doubling for
  * small allreduces and the barrier, and rows say which) and/or the parameter-server baseline of
  * ring_perf (everyone sends to rank 0, rank 0 reduces and sends the result back). */
-typedef enum { PC_ALGO_RING, PC_ALGO_PS, PC_ALGO_RD, PC_ALGO_TREE, PC_ALGO_RH, PC_ALGO_COUNT } pc_algo_t;
+typedef enum { PC_ALGO_RING, PC_ALGO_PS, PC_ALGO_RD, PC_ALGO_TREE, PC_ALGO_RH, PC_ALGO_SM, PC_ALGO_COUNT } pc_algo_t;
 #define PC_ALGO_BIT(a) (1u << (a))
 
 /* The options both programs share (-b -e -f -i -n -w -c -I -d -o --csv --json --alpha-us

@@ -373,7 +373,11 @@ static pc_algo_t lib_algo(pc_coll_t c, size_t bytes)
                       : c == PC_COLL_BROADCAST ? RING__COLL_BROADCAST
                                                : RING__COLL_ALLGATHER;
     int a = ring__algo_for(g_comm, lc, bytes);
-    return a == RING__ALGO_RD ? PC_ALGO_RD : a == RING__ALGO_TREE ? PC_ALGO_TREE : a == RING__ALGO_RH ? PC_ALGO_RH : PC_ALGO_RING;
+    return a == RING__ALGO_RD     ? PC_ALGO_RD
+           : a == RING__ALGO_TREE ? PC_ALGO_TREE
+           : a == RING__ALGO_RH   ? PC_ALGO_RH
+           : a == RING__ALGO_SM   ? PC_ALGO_SM
+                                  : PC_ALGO_RING;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -747,7 +751,15 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             tree = p->algo != RING__ALGO_RING && (p->algo == RING__ALGO_RD || g_comm->nranks >= 4);
             ring = p->algo != RING__ALGO_RD;
         }
-        if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO)
+        if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, 0) == PC_ALGO_SM)
+            fprintf(f, "# library algorithm: sm (shared-memory all-reduce) up to %zu B, ring above (RING_ALGO, "
+                       "RING_SM_MAX_BYTES)\n",
+                    p->sm_max_bytes);
+        else if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, p->sm_max_bytes) == PC_ALGO_SM)
+            fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, sm (shared-memory all-reduce) up to %zu B, "
+                       "ring above (RING_ALGO, RING_RD_MAX_BYTES, RING_SM_MAX_BYTES)\n",
+                    ring__rd_max_bytes(g_comm), p->sm_max_bytes);
+        else if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO)
             fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, rh (recursive halving) up to %zu B, ring above "
                        "(RING_ALGO, RING_RD_MAX_BYTES%s, RING_RH_MAX_BYTES%s)\n",
                     ring__rd_max_bytes(g_comm), ring__rh_max_bytes(g_comm),

@@ -15,6 +15,8 @@
  *             showing both calls; 4 ranks where only one far rank differs.
  *  timeout    the message names the collective, its sequence number and the peer.
  *  abort      a call in flight returns within 100 ms of ring_comm_abort from another thread.
+ *  sm         the shared-memory all-reduce (3 ranks, medium sizes): it runs, and its waits on
+ *             the shared page end in a timeout, an abort or a departure naming the rank.
  *
  * Criterion assertions only run on the test's own thread (they longjmp); rank threads record
  * what they saw and the test thread checks it. The suite runs with --jobs 1 (meson.build):
@@ -43,6 +45,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "engine.h"
 #include "internal.h"
 #include "p2p.h"
 #include "param.h"
@@ -1800,4 +1803,62 @@ Test(abort, unblocks_a_call_in_flight_within_100_ms, .timeout = 120)
                     other[i].async ? " async" : "", other[i].count, t, msg);
         cr_assert(t < 1000, "%s: %.1f ms from ring_comm_abort to the call's return", kind_name[other[i].kind], t);
     }
+}
+
+/* ================================================================================================
+ * f. The shared-memory all-reduce (src/collectives/sm.c): its waits have no socket to poll
+ * ============================================================================================= */
+
+Test(sm, waits_end_in_a_timeout_an_abort_or_a_departure_naming_the_rank, .timeout = 180)
+{
+    clear_env();
+    enum { N = 3, COUNT = 50000 }; /* 200 KB of float32: above recursive doubling, in the window */
+    ring_comm_t *c[N];
+
+    /* It runs by default for this size on 3 ranks of one host, and gets it right. */
+    group_init(c, N, 1000);
+    cr_assert(ring__sm_available(c[0]), "3 ranks of one host have no shared-memory all-reduce page");
+    assert_group_works(c, N, COUNT, "warm-up");
+    cr_assert(ring__sm_count(c[0]) >= 1, "the all-reduce of %d int32 did not take the shared-memory path", COUNT);
+
+    /* Rank 2 never comes: ranks 0 and 1 time out naming it. */
+    call_t k[N];
+    for (int r = 0; r < 2; r++) k[r] = (call_t){.comm = c[r], .kind = K_ALLREDUCE, .count = COUNT, .dt = RING_FLOAT32};
+    run_calls(k, 2);
+    for (int r = 0; r < 2; r++) {
+        double ms = k[r].t_end - k[r].t_start;
+        cr_log_info("sm timeout: rank %d after %.0f ms: %s", r, ms, k[r].msg);
+        cr_assert_eq(k[r].rc, RING_ERR_TIMEOUT, "rank %d: %s: %s", r, ring_result_name(k[r].rc), k[r].msg);
+        cr_assert(strstr(k[r].msg, "shared-memory all-reduce") && strstr(k[r].msg, "rank 2"), "rank %d: %s", r, k[r].msg);
+        cr_assert(ms >= 950 && ms < 6000, "rank %d timed out after %.0f ms with RING_TIMEOUT_MS=1000", r, ms);
+    }
+    group_destroy(c, N);
+
+    /* Abort: a rank waiting alone returns at once. */
+    group_init(c, N, 60000);
+    k[0] = (call_t){.comm = c[0], .kind = K_ALLREDUCE, .count = COUNT, .dt = RING_FLOAT32};
+    call_start(&k[0]);
+    sleep_ms(150);
+    double t = now_ms();
+    cr_assert_eq(ring_comm_abort(c[0]), RING_OK);
+    pthread_join(k[0].t, NULL);
+    cr_log_info("sm abort: %.1f ms after the abort: %s", k[0].t_end - t, k[0].msg);
+    cr_assert_eq(k[0].rc, RING_ERR_ABORTED, "%s: %s", ring_result_name(k[0].rc), k[0].msg);
+    cr_assert(k[0].t_end - t < 100, "returned %.0f ms after ring_comm_abort", k[0].t_end - t);
+    group_destroy(c, N);
+
+    /* Departure: rank 2 destroys its communicator while 0 and 1 wait for it. */
+    group_init(c, N, 60000);
+    for (int r = 0; r < 2; r++) k[r] = (call_t){.comm = c[r], .kind = K_ALLREDUCE, .count = COUNT, .dt = RING_FLOAT32};
+    for (int r = 0; r < 2; r++) call_start(&k[r]);
+    sleep_ms(100);
+    cr_assert_eq(ring_comm_destroy(c[2]), RING_OK);
+    c[2] = NULL;
+    for (int r = 0; r < 2; r++) pthread_join(k[r].t, NULL);
+    for (int r = 0; r < 2; r++) {
+        cr_log_info("sm departure: rank %d after %.0f ms: %s", r, k[r].t_end - k[r].t_start, k[r].msg);
+        cr_assert_eq(k[r].rc, RING_ERR_PEER, "rank %d: %s: %s", r, ring_result_name(k[r].rc), k[r].msg);
+        cr_assert(strstr(k[r].msg, "rank 2") && strstr(k[r].msg, "ring_comm_destroy"), "rank %d: %s", r, k[r].msg);
+    }
+    group_destroy(c, 2);
 }

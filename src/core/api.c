@@ -119,13 +119,24 @@ size_t ring__rh_max_bytes(const ring_comm_t *comm)
 int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
 {
     int algo = comm->params.algo;
+    /* The shared-memory all-reduce (and barrier) exists where every rank is on one host
+     * (comm->sm, the same on every rank); elsewhere RING_ALGO=sm means the ring, or recursive
+     * doubling for the barrier. By default it takes every all-reduce up to RING_SM_MAX_BYTES
+     * from 3 ranks on (with 2, the ring's one exchange each way moves less memory), unless
+     * RING_RD_MAX_BYTES was set: then recursive doubling keeps the sizes up to it. */
+    const int sm_ok = ring__sm_available(comm) && (algo == RING__ALGO_SM || (algo == RING__ALGO_AUTO && comm->nranks >= 3));
     if (coll == RING__COLL_ALLREDUCE) {
+        if (algo == RING__ALGO_SM) return sm_ok ? RING__ALGO_SM : RING__ALGO_RING;
         if (algo != RING__ALGO_AUTO) return algo;
+        const int sm = sm_ok && bytes <= comm->params.sm_max_bytes;
+        if (sm && !comm->params.rd_max_set) return RING__ALGO_SM;
         if (bytes <= ring__rd_max_bytes(comm)) return RING__ALGO_RD;
+        if (sm) return RING__ALGO_SM;
         /* Medium sizes: the ring's bytes on the wire with log2 N latencies instead of N-1. */
         return bytes <= ring__rh_max_bytes(comm) ? RING__ALGO_RH : RING__ALGO_RING;
     }
-    if (coll == RING__COLL_BARRIER) return algo == RING__ALGO_RING ? RING__ALGO_RING : RING__ALGO_RD;
+    if (coll == RING__COLL_BARRIER)
+        return algo == RING__ALGO_RING ? RING__ALGO_RING : sm_ok && !comm->params.rd_max_set ? RING__ALGO_SM : RING__ALGO_RD;
     /* With 2 or 3 ranks the tree is as deep as the ring is long; from 4 on it is shallower. */
     if (coll == RING__COLL_BROADCAST)
         return algo == RING__ALGO_RD || algo == RING__ALGO_RH || (algo == RING__ALGO_AUTO && comm->nranks >= 4 && bytes <= comm->params.tree_max_bytes)
@@ -136,6 +147,9 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
 
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
+    int algo = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype));
+    /* Ranks in the shared-memory all-reduce read every rank's record of this call (sm.c). */
+    ring__sm_note(comm, op, algo);
 #if RING_HAVE_CUDA
     /* Device buffers (src/cuda/coll.c): accepted at issue time, run here. */
     if (op->mem_device) return ring__cuda_run_op(comm, op);
@@ -149,7 +163,16 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
             memmove(op->recvbuf, op->sendbuf, bytes);
         return RING_OK;
     }
-    int algo = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype));
+    if (algo == RING__ALGO_SM) {
+        /* All-reduce, or barrier: a round with no data (every rank has entered once every rank
+         * published it). */
+        int ran = 0;
+        ring_result_t rc = ring__allreduce_sm(comm, op, &ran);
+        if (ran) return rc;
+        /* A rank has device buffers (so this is an all-reduce): every host rank takes the
+         * ring with it, as the device path does for this algorithm. */
+        return ring__ring_run(comm, op);
+    }
     int rd = algo == RING__ALGO_RD;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE:
@@ -157,7 +180,8 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     case RING__COLL_REDUCE_SCATTER:
     case RING__COLL_ALLGATHER: return ring__ring_run(comm, op);
     case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__ring_run(comm, op);
-    case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
+    case RING__COLL_BARRIER:
+        return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
 }

@@ -455,6 +455,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
 #if RING_HAVE_CUDA
     RING_CHECK(ring__direct_setup(comm));
 #endif
+    RING_CHECK(ring__sm_setup(comm));
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "ring ready: left %s over %s, right %s over %s%s",
              comm->peer_desc[0], ring__tp_of(comm->recv_left)->name, comm->peer_desc[1], ring__tp_of(comm->send_right)->name,
              comm->all_shm ? " (every ring edge on one host: shared-memory defaults)" : "");
@@ -518,6 +519,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
 fail:
     /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. */
     ring__watch_stop(comm);
+    ring__sm_fini(comm);
     release_network(comm);
     ring__comm_fail(comm, rc);
     snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);
@@ -586,6 +588,7 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */
     ring__direct_fini(comm);
 #endif
+    ring__sm_fini(comm);
     release_network(comm); /* drops the verbs registrations with their device */
 #if RING_HAVE_CUDA
     ring__cuda_free_dead(comm); /* nothing can write into them any more */

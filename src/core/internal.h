@@ -73,7 +73,7 @@ struct ring__bootstrap;
 /* Algorithm choice (RING_ALGO): by size, or forced. RD stands for the latency algorithms:
  * recursive doubling (all-reduce, barrier) and the binomial tree (broadcast, RING__ALGO_TREE
  * in descriptors and perf output). */
-enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_TREE, RING__ALGO_RH };
+enum { RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_TREE, RING__ALGO_RH, RING__ALGO_SM };
 /* Transport (RING_TRANSPORT): auto = shared memory inside a host, verbs between hosts where
  * both have a port, TCP otherwise. */
 enum { RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA };
@@ -92,6 +92,7 @@ typedef struct ring__params {
     size_t tree_max_bytes; /* auto: binomial-tree broadcast up to this many bytes (RING_TREE_MAX_BYTES) */
     size_t rh_max_bytes;   /* auto: recursive halving above rd_max up to this many bytes (RING_RH_MAX_BYTES) */
     int rh_max_set;
+    size_t sm_max_bytes;   /* shared-memory all-reduce up to this many bytes, and its window (RING_SM_MAX_BYTES) */
     int transport;        /* RING__TP_*: RING_TRANSPORT */
     int ib_qps;           /* RING_IB_QPS_PER_PEER: queue pairs per verbs connection */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
@@ -162,6 +163,9 @@ struct ring_comm {
     /* Direct collectives over CUDA IPC when every rank is on this host (src/cuda/direct.c):
      * the shared page and the mappings of peers' buffers; NULL where they do not apply. */
     void *cuda_direct;
+    /* The shared-memory all-reduce's page (src/collectives/sm.c) when every rank is on this
+     * host; NULL otherwise. */
+    void *sm;
     /* Device staging sets of failed calls (src/cuda/coll.c): transport requests may still
      * point into them, so they are freed only after the connections are closed. */
     void *cuda_dead;

@@ -208,6 +208,8 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     RING_CHECK(env_size("RING_RH_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->rh_max_bytes));
     p->rh_max_set = getenv("RING_RH_MAX_BYTES") && *getenv("RING_RH_MAX_BYTES");
     RING_CHECK(env_size("RING_TREE_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->tree_max_bytes));
+    p->sm_max_bytes = RING__DEFAULT_SM_MAX_BYTES;
+    RING_CHECK(env_size("RING_SM_MAX_BYTES", 0, RING__MAX_SM_BYTES, &p->sm_max_bytes));
     {
         static const char *const names[] = {"auto", "tcp", "shm", "rdma"};
         static const int values[] = {RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA};
@@ -258,11 +260,11 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
                               "auto, 0 or 1", &p->ib_gdr));
     }
     {
-        static const char *const names[] = {"auto", "ring", "rd", "rh"};
-        static const int values[] = {RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_RH};
+        static const char *const names[] = {"auto", "ring", "rd", "rh", "sm"};
+        static const int values[] = {RING__ALGO_AUTO, RING__ALGO_RING, RING__ALGO_RD, RING__ALGO_RH, RING__ALGO_SM};
         p->algo = RING__ALGO_AUTO;
         RING_CHECK(env_choice("RING_ALGO", names, values, (int)(sizeof names / sizeof *names),
-                              "ring, rd, rh or auto", &p->algo));
+                              "ring, rd, rh, sm or auto", &p->algo));
     }
     const char *pr = getenv("RING_PORT_RANGE");
     if (pr && *pr && ring__parse_port_range(pr, &p->port_lo, &p->port_hi) != 0)

@@ -64,10 +64,9 @@
 #include "cuda/ring_cuda.h"
 #include "log.h"
 #include "p2p.h"
+#include "shpage.h"
 #include "watch.h"
 
-#define PAGE_MAGIC 0x52444752u /* "RGDR" */
-#define PAGE_VERSION 1u
 #define HIST 16      /* records per rank: a rank is never that many calls ahead of another */
 #define MAPS 32      /* cached mappings per peer */
 #define EXPORTS 16   /* cached handles of this rank's own allocations */
@@ -80,11 +79,8 @@ typedef struct buf_desc {
 } buf_desc_t;
 
 typedef struct rec {
-    _Atomic uint64_t seq; /* q + 1 once the fields below describe call q */
-    uint32_t coll, dtype, op, kind;
-    int32_t root;
-    uint32_t pid;
-    uint64_t count;
+    ring__callrec_t c;
+    uint32_t kind, pid;
     buf_desc_t buf[2]; /* sendbuf, recvbuf */
 } rec_t;
 
@@ -95,13 +91,6 @@ typedef struct row {
     rec_t rec[HIST];
 } row_t;
 
-typedef struct page {
-    uint32_t magic, version, nranks, pad;
-    uint64_t nonce;
-    _Atomic uint32_t opened; /* ranks other than 0 that mapped the page: rank 0 then removes the file */
-    unsigned char pad2[44];
-    row_t row[];
-} page_t;
 
 typedef struct map {
     uint64_t id, used;
@@ -118,9 +107,8 @@ typedef struct export {
 } export_t;
 
 typedef struct direct {
-    page_t *pg;
-    size_t pg_bytes;
-    char path[400]; /* rank 0: the page's file until every rank mapped it (init) */
+    ring__shpage_t page;
+    row_t *row; /* in the page: one per rank */
     int declined;   /* a peer's buffer could not be mapped: no more offers */
     uint64_t tick, ncalls;
     map_t *maps;    /* nranks x MAPS */
@@ -134,22 +122,15 @@ typedef struct direct {
     void **sbase, **rbase;
 } direct_t;
 
-static size_t page_bytes(int n) { return sizeof(page_t) + (size_t)n * sizeof(row_t); }
-
 static void direct_free(direct_t *d)
 {
+    ring__shpage_close(&d->page);
     free(d->maps);
     free(d->recs);
     free(d->got);
     free(d->sbase);
     free(d->rbase);
     free(d);
-}
-
-static void page_name(const ring_comm_t *comm, char *out, size_t len)
-{
-    snprintf(out, len, "%s/ringcomm-%u-%u-%016llx-direct", comm->params.shm_dir, (unsigned)geteuid(),
-             (unsigned)comm->peers[0].pid, (unsigned long long)comm->job_nonce);
 }
 
 static int offered(const ring_comm_t *comm)
@@ -163,10 +144,8 @@ static int offered(const ring_comm_t *comm)
 ring_result_t ring__direct_setup(ring_comm_t *comm)
 {
     ring_result_t rc = RING_OK;
-    int fd = -1;
     direct_t *d = NULL;
     if (!offered(comm)) return RING_OK;
-    const size_t bytes = page_bytes(comm->nranks);
     const size_t n = (size_t)comm->nranks;
     d = calloc(1, sizeof *d);
     if (d) {
@@ -181,114 +160,14 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
         goto fail;
     }
     d->device = -1;
-    char path[400];
-    page_name(comm, path, sizeof path);
-    if (comm->rank == 0) {
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0) {
-            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "direct CUDA IPC: cannot create %s", path);
-            goto fail;
-        }
-        snprintf(d->path, sizeof d->path, "%s", path);
-        int e = posix_fallocate(fd, 0, (off_t)bytes);
-        if (e) {
-            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, e, "direct CUDA IPC: cannot size %s", path);
-            goto fail;
-        }
-    } else {
-        /* Rank 0 makes it when it gets here too; until then, look again (RING_TIMEOUT_MS). */
-        const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
-        struct stat st;
-        for (;;) {
-            fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-            if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size == (off_t)bytes) break;
-            if (fd < 0 && errno != ENOENT) {
-                rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "direct CUDA IPC: cannot open %s", path);
-                goto fail;
-            }
-            if (fd >= 0) close(fd);
-            fd = -1;
-            if (ring__now_ns() > deadline) {
-                rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                                  "direct CUDA IPC: rank 0 did not make %s within %d ms (RING_TIMEOUT_MS); is RING_SHM_DIR "
-                                  "the same on every rank?",
-                                  path, comm->params.timeout_ms);
-                goto fail;
-            }
-            struct timespec ts = {0, 200000};
-            nanosleep(&ts, NULL);
-        }
-        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
-            rc = ring__seterr(comm, RING_ERR_PROTOCOL, "direct CUDA IPC: %s is not a page this rank can trust (owner or mode)",
-                              path);
-            goto fail;
-        }
-    }
-    d->pg = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (d->pg == MAP_FAILED) {
-        d->pg = NULL;
-        rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "direct CUDA IPC: cannot map %s", path);
-        goto fail;
-    }
-    d->pg_bytes = bytes;
-    if (comm->rank == 0) {
-        d->pg->nranks = (uint32_t)comm->nranks;
-        d->pg->nonce = comm->job_nonce;
-        d->pg->version = PAGE_VERSION;
-        __atomic_store_n(&d->pg->magic, PAGE_MAGIC, __ATOMIC_RELEASE);
-    } else {
-        /* The header is rank 0's first write after sizing the file: wait for it likewise. */
-        const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
-        while (__atomic_load_n(&d->pg->magic, __ATOMIC_ACQUIRE) != PAGE_MAGIC && ring__now_ns() < deadline) {
-            struct timespec ts = {0, 200000};
-            nanosleep(&ts, NULL);
-        }
-        if (d->pg->magic != PAGE_MAGIC || d->pg->version != PAGE_VERSION || d->pg->nonce != comm->job_nonce ||
-            d->pg->nranks != (uint32_t)comm->nranks) {
-            rc = ring__seterr(comm, RING_ERR_PROTOCOL, "direct CUDA IPC: %s has a bad header", path);
-            goto fail;
-        }
-        atomic_fetch_add_explicit(&d->pg->opened, 1, memory_order_release);
-    }
-    close(fd);
-    fd = -1;
-    if (comm->rank == 0) {
-        /* Every rank in init maps it now: then the name goes, so that nothing is left in
-         * RING_SHM_DIR however the job ends. */
-        const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
-        while (atomic_load_explicit(&d->pg->opened, memory_order_acquire) != (uint32_t)comm->nranks - 1) {
-            /* A rank that dies in init never opens it: its bootstrap connection says so. */
-            for (int r = 1; r < comm->nranks && comm->bs && comm->bs->rank_fds; r++) {
-                struct pollfd pf = {.fd = comm->bs->rank_fds[r], .events = POLLRDHUP};
-                if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-                    rc = ring__seterr(comm, RING_ERR_PEER, "direct CUDA IPC: rank %d (%s, pid %u) died during init", r,
-                                      comm->peers[r].host, comm->peers[r].pid);
-                    goto fail;
-                }
-            }
-            if (ring__now_ns() > deadline) {
-                rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                                  "direct CUDA IPC: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
-                                  atomic_load(&d->pg->opened), comm->nranks - 1, path, comm->params.timeout_ms);
-                goto fail;
-            }
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
-        }
-        unlink(d->path);
-        d->path[0] = '\0';
-    }
+    RING_CHECK(ring__shpage_open(comm, "direct", "direct CUDA IPC", n * sizeof(row_t), 0, &d->page));
+    d->row = d->page.body;
     comm->cuda_direct = d;
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
-             "direct CUDA IPC: every rank is on this host: device-buffer collectives may run directly (%s)", path);
+             "direct CUDA IPC: every rank is on this host: device-buffer collectives may run directly");
     return RING_OK;
 fail:
-    if (fd >= 0) close(fd);
-    if (d) {
-        if (d->pg) munmap(d->pg, bytes);
-        if (d->path[0]) unlink(d->path);
-        direct_free(d);
-    }
+    if (d) direct_free(d);
     return rc;
 }
 
@@ -299,8 +178,6 @@ void ring__direct_fini(ring_comm_t *comm)
     comm->cuda_direct = NULL;
     for (size_t i = 0; i < (size_t)comm->nranks * MAPS; i++) ring__cuda_ipc_close(d->maps[i].base, d->maps[i].size);
     ring__cuda_event_destroy(d->ev);
-    if (d->pg) munmap(d->pg, d->pg_bytes);
-    if (d->path[0]) unlink(d->path);
     direct_free(d);
 }
 
@@ -312,35 +189,33 @@ uint64_t ring__cuda_direct_count(ring_comm_t *comm)
 
 /* ---------- records ---------- */
 
-static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->pg->row[rank].rec[q % HIST]; }
+static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->row[rank].rec[q % HIST]; }
 
 static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const rec_t *fill)
 {
     /* The slot held call seq - HIST, which every rank has finished with (no rank is HIST
      * calls ahead of another): readers look at the fields only after seeing seq + 1. */
     rec_t *r = rec_of(d, rank, op->seq);
-    r->coll = (uint32_t)op->coll;
-    r->dtype = (uint32_t)op->dtype;
-    r->op = (uint32_t)op->op;
-    r->root = op->root;
-    r->count = op->count;
+    ring__callrec_set(&r->c, op);
     r->kind = fill ? fill->kind : REC_HOST;
     r->pid = (uint32_t)getpid();
     if (fill) memcpy(r->buf, fill->buf, sizeof r->buf);
-    atomic_store_explicit(&r->seq, op->seq + 1, memory_order_release);
+    ring__callrec_publish(&r->c, op->seq);
 }
 
 /* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call (a
  * rank HIST calls ahead: a bug, reported). */
 static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
 {
-    rec_t *r = rec_of(d, p, q);
-    uint64_t s = atomic_load_explicit(&r->seq, memory_order_acquire);
-    if (s < q + 1) return 0;
-    if (s > q + 1) return -1;
-    memcpy((char *)out + sizeof out->seq, (const char *)r + sizeof r->seq, sizeof *r - sizeof r->seq);
-    atomic_init(&out->seq, s);
-    return 1;
+    const rec_t *r = rec_of(d, p, q);
+    int st = ring__callrec_state(&r->c, q);
+    if (st == 1) {
+        ring__callrec_copy(&out->c, &r->c);
+        out->kind = r->kind;
+        out->pid = r->pid;
+        memcpy(out->buf, r->buf, sizeof out->buf);
+    }
+    return st;
 }
 
 void ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op)
@@ -452,7 +327,7 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
                     }
                     if (r > 0) d->got[p] = 1, moved = 1;
                     else done = 0, lag = p;
-                } else if (atomic_load_explicit(&d->pg->row[p].progress, memory_order_acquire) < target) {
+                } else if (atomic_load_explicit(&d->row[p].progress, memory_order_acquire) < target) {
                     done = 0;
                     lag = p;
                     break;
@@ -483,7 +358,6 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
                               what == W_RECORDS ? "enter the collective"
                               : what == W_GPU   ? "finish this rank's work"
                                                 : stage_text((int)(target % 4), op->coll));
-            if (left >= 0) ring__watch_note_left(comm, left, name);
             goto fail;
         }
         if (now - last > 100000000LL) {
@@ -501,16 +375,11 @@ fail:
 static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int s)
 {
     const uint64_t target = 4 * (op->seq + 1) + (uint64_t)s;
-    atomic_store_explicit(&d->pg->row[comm->rank].progress, target, memory_order_release);
+    atomic_store_explicit(&d->row[comm->rank].progress, target, memory_order_release);
     return wait_for(comm, d, op, W_STAGE, target);
 }
 
 /* ---------- the call ---------- */
-
-static int same_call(const rec_t *a, const rec_t *b)
-{
-    return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->count == b->count;
-}
 
 /* Does this rank offer the path for op? Fills its record; 0 yes, else why in why. */
 static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, rec_t *mine, char *why, size_t len)
@@ -602,7 +471,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     /* Steps 0 and 1. */
     RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0));
     for (int p = 0; p < n; p++) {
-        if (recs[p].kind != REC_DEVICE || !same_call(&recs[p], &recs[me])) {
+        if (recs[p].kind != REC_DEVICE || !ring__callrec_same(&recs[p].c, &recs[me].c)) {
             RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: rank %d %s", ring__coll_name(coll),
                      (unsigned long long)op->seq, p,
                      recs[p].kind == REC_HOST      ? "has host buffers"
@@ -626,14 +495,14 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
                          "direct CUDA IPC: cannot map rank %d's buffer, device-buffer collectives go the staged way: %s",
                          p, why);
                 d->declined = 1;
-                atomic_store_explicit(&d->pg->row[me].refused, op->seq + 1, memory_order_relaxed);
+                atomic_store_explicit(&d->row[me].refused, op->seq + 1, memory_order_relaxed);
             }
         }
         /* Peers read this rank's buffers from stage 1 on: its inputs must be there. */
         RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
         RING_CHECK(stage(comm, d, op, 1));
         for (int p = 0; p < n; p++)
-            if (atomic_load_explicit(&d->pg->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
+            if (atomic_load_explicit(&d->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
     }
     d->device = op->device;
     *ran = 1;

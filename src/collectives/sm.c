@@ -1,0 +1,350 @@
+/*
+ * Shared-memory all-reduce (RING_ALGO=sm; by default for medium sizes when every rank of the
+ * communicator is on one host): the ranks meet in one shared page (src/core/shpage.c) made
+ * at init, instead of passing chunks around the ring.
+ *
+ * The page: a row per rank (a progress counter on its own cache line, and records of the
+ * last HIST calls), then two sets of N input windows and one result window of W bytes each
+ * (W = 2 MiB / N, within 64-256 KiB). A buffer of S bytes goes in rounds of at most W bytes;
+ * round t uses set t mod 2. Per round, rank r:
+ *  1. copies its input into its window of the set, publishes progress 3t+1 and waits until
+ *     every rank has (the first round of a call also checks every rank's record: see below);
+ *  2. reduces block r (the r-th of N equal parts, 64-byte aligned) of all N windows, in rank
+ *     order, into the result window, publishes 3t+2 and waits until every rank has;
+ *  3. copies the whole result window into its recvbuf and publishes 3t+3.
+ * Bytes moved per rank and round: S copied in, S read and S/N written by the reduction, S
+ * copied out (no wire: the ring moves 2(N-1)/N S through its segments, with a copy in and a
+ * copy or a reduction out at each of 2(N-1) steps). What it saves is the steps: two waits for
+ * all ranks per round instead of 2(N-1) waits, each for one neighbour, which is what costs
+ * when there are more ranks than cores (each wait may need the scheduler to run the right
+ * process next). Every block is reduced by one rank and copied by all, so every rank gets the
+ * same bits.
+ *
+ * Why two sets suffice: a rank writes set t mod 2 again in round t+2 only after its wait in
+ * step 2 of round t+1, which needs every rank past step 1 of round t+1, hence done with round
+ * t (its step 3 included). In-place calls work unchanged: the input is copied in before the
+ * result is copied out.
+ *
+ * Agreement: every rank writes a record for every collective it runs (what the call is and
+ * how it runs it: this algorithm, another one, or device buffers). Before its first round a
+ * rank on this path reads everyone's record of the call: all on this path and the same call,
+ * go on; a rank with device buffers sends every host rank to the ring (they all see the same
+ * records, so they all go); anything else is a mismatch, reported naming the rank.
+ *
+ * Waiting: the page has no file descriptor to poll, so a waiting rank yields for 2 ms, then
+ * naps 20 us between looks, and 1 ms after 100 ms. A dead rank is reported by the watcher
+ * (the bootstrap star), a rank that left by ring_comm_destroy by its goodbye, anything else
+ * by RING_TIMEOUT_MS; ring_comm_abort within one look.
+ */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "log.h"
+#include "p2p.h"
+#include "reduce.h"
+#include "shpage.h"
+#include "watch.h"
+
+#define HIST 16 /* records per rank: no rank is that many calls ahead of another */
+#define TILE ((size_t)32 * 1024)
+/* Rounds whose N inputs together are at most this many bytes take one wait, not two: every
+ * rank reduces the whole round itself (N = 8, 4 KiB: 28 against 42 us with two waits on the
+ * 2-core VM, docs/performance.md). */
+#define SMALL_ROUND ((size_t)64 * 1024)
+
+enum { KIND_SM = 1, KIND_OTHER = 2, KIND_DEVICE = 3 };
+
+typedef struct rec {
+    ring__callrec_t c;
+    uint32_t kind;
+    int32_t algo;
+} rec_t;
+
+typedef struct row {
+    _Atomic uint64_t progress; /* 3 t + step, for round t */
+    unsigned char pad[56];
+    rec_t rec[HIST];
+} row_t;
+
+typedef struct sm {
+    ring__shpage_t page;
+    row_t *row;
+    unsigned char *data; /* 2 sets of N + 1 windows */
+    size_t win;
+    int nranks;
+    uint64_t rounds; /* this rank's rounds so far: the same count on every rank */
+    uint64_t ncalls;
+} sm_t;
+
+static size_t rows_bytes(int n) { return ((size_t)n * sizeof(row_t) + 4095) & ~(size_t)4095; }
+
+/* A round's N input windows together at most 2 MiB (each 64-256 KiB), so that what step 2
+ * reads is still in cache: on the 2-core VM with 8 ranks, 256 KiB windows took a 1 MiB
+ * all-reduce in 620-640 us and 1 MiB windows in 1510-1750 (docs/performance.md). */
+static size_t win_bytes(const ring_comm_t *comm)
+{
+    size_t w = ((size_t)2 << 20) / (size_t)comm->nranks;
+    w = RING__MAX(RING__MIN(w, (size_t)256 << 10), (size_t)64 << 10);
+    return w & ~(size_t)4095;
+}
+
+ring_result_t ring__sm_setup(ring_comm_t *comm)
+{
+    ring_result_t rc = RING_OK;
+    sm_t *m = NULL;
+    /* Not on RING_ALGO, so that ranks with different settings still finish init (their first
+     * call then names the difference). */
+    if (!comm->all_shm || comm->nranks < 2 || !comm->params.sm_max_bytes) return RING_OK;
+    const size_t n = (size_t)comm->nranks, win = win_bytes(comm);
+    m = calloc(1, sizeof *m);
+    if (!m) return ring__seterr(comm, RING_ERR_NOMEM, "shared-memory all-reduce: out of memory");
+    RING_CHECK(ring__shpage_open(comm, "sm", "shared-memory all-reduce", rows_bytes(comm->nranks) + 2 * (n + 1) * win, 1,
+                                 &m->page));
+    if (!m->page.map) { /* no room in RING_SHM_DIR: every rank got the same answer and logged it */
+        free(m);
+        return RING_OK;
+    }
+    m->row = m->page.body;
+    m->data = (unsigned char *)m->page.body + rows_bytes(comm->nranks);
+    m->win = win;
+    m->nranks = comm->nranks;
+    comm->sm = m;
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
+             "shared-memory all-reduce: every rank is on this host; %zu bytes of RING_SHM_DIR for windows of %zu bytes",
+             m->page.bytes, win);
+    return RING_OK;
+fail:
+    ring__shpage_close(&m->page);
+    free(m);
+    return rc;
+}
+
+void ring__sm_fini(ring_comm_t *comm)
+{
+    sm_t *m = comm->sm;
+    if (!m) return;
+    comm->sm = NULL;
+    ring__shpage_close(&m->page);
+    free(m);
+}
+
+int ring__sm_available(const ring_comm_t *comm) { return comm->sm != NULL; }
+
+uint64_t ring__sm_count(const ring_comm_t *comm)
+{
+    const sm_t *m = comm->sm;
+    return m ? m->ncalls : 0;
+}
+
+static rec_t *rec_of(sm_t *m, int rank, uint64_t q) { return &m->row[rank].rec[q % HIST]; }
+
+void ring__sm_note(ring_comm_t *comm, const ring__opdesc_t *op, int algo)
+{
+    sm_t *m = comm->sm;
+    if (!m) return;
+    /* The slot held call q - HIST, which every rank has finished with: readers look at the
+     * fields only after they see seq = q + 1. */
+    rec_t *r = rec_of(m, comm->rank, op->seq);
+    ring__callrec_set(&r->c, op);
+    r->algo = algo;
+    r->kind = op->mem_device ? KIND_DEVICE : algo == RING__ALGO_SM ? KIND_SM : KIND_OTHER;
+    ring__callrec_publish(&r->c, op->seq);
+}
+
+/* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call. */
+static int rec_read(sm_t *m, int p, uint64_t q, rec_t *out)
+{
+    const rec_t *r = rec_of(m, p, q);
+    int st = ring__callrec_state(&r->c, q);
+    if (st == 1) {
+        ring__callrec_copy(&out->c, &r->c);
+        out->kind = r->kind;
+        out->algo = r->algo;
+    }
+    return st;
+}
+
+static const char *algo_text(const rec_t *r)
+{
+    if (r->kind == KIND_DEVICE) return "device buffers";
+    switch (r->algo) {
+    case RING__ALGO_SM: return "shared-memory all-reduce";
+    case RING__ALGO_RD: return "recursive doubling";
+    case RING__ALGO_RH: return "recursive halving";
+    case RING__ALGO_TREE: return "binomial tree";
+    default: return "ring";
+    }
+}
+
+/* "allreduce(count=5, float32, sum)", as the ring's descriptors show a call. */
+static void call_str(char *out, size_t len, uint32_t coll, uint64_t count, uint32_t dtype, uint32_t op)
+{
+    const char *name = ring__coll_name((ring__coll_t)coll);
+    if (coll == RING__COLL_BARRIER) snprintf(out, len, "%s", name);
+    else if (coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER)
+        snprintf(out, len, "%s(count=%llu, %s, %s)", name, (unsigned long long)count,
+                 ring__dtype_name((ring_dtype_t)dtype), ring__op_name((ring_op_t)op));
+    else snprintf(out, len, "%s(count=%llu, %s)", name, (unsigned long long)count, ring__dtype_name((ring_dtype_t)dtype));
+}
+
+/* The first round's check of rank p's record: RING_OK to go on, *ring = 1 to take the ring. */
+static ring_result_t check_rec(ring_comm_t *comm, const ring__opdesc_t *op, int p, const rec_t *theirs, int *ring)
+{
+    if (theirs->kind == KIND_DEVICE) {
+        *ring = 1;
+        return RING_OK;
+    }
+    ring__callrec_t mine;
+    ring__callrec_set(&mine, op);
+    if (theirs->kind == KIND_SM && ring__callrec_same(&mine, &theirs->c)) return RING_OK;
+    char who[160], a[128], b[128];
+    ring__peer_desc(comm, p, who, sizeof who);
+    call_str(a, sizeof a, (uint32_t)op->coll, op->count, (uint32_t)op->dtype, (uint32_t)op->op);
+    call_str(b, sizeof b, theirs->c.coll, theirs->c.count, theirs->c.dtype, theirs->c.op);
+    return ring__seterr(comm, RING_ERR_MISMATCH,
+                        "collective mismatch: this rank (%d) called #%llu %s [shared-memory all-reduce] but %s called #%llu "
+                        "%s [%s] (do the ranks have the same RING_ALGO and RING_*_MAX_BYTES?)",
+                        comm->rank, (unsigned long long)op->seq, a, who, (unsigned long long)op->seq, b, algo_text(theirs));
+}
+
+static void nap(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/*
+ * Publish step `target` of this rank and wait until every rank reached it. first: the
+ * call's first round, where every rank's record is checked too (*ring = 1: every host rank
+ * takes the ring instead).
+ */
+static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, uint64_t target, int first, int *ring)
+{
+    const int n = comm->nranks;
+    int64_t since = ring__now_ns();
+    ring_result_t rc = RING_OK;
+    int p = 0, checked = first ? 0 : n; /* ranks 0..checked-1 have a good record */
+    atomic_store_explicit(&m->row[comm->rank].progress, target, memory_order_release);
+    while (p < n) {
+        rec_t r;
+        if (p >= checked) {
+            int got = rec_read(m, p, op->seq, &r);
+            if (got < 0) {
+                char who[160];
+                ring__peer_desc(comm, p, who, sizeof who);
+                rc = ring__seterr(comm, RING_ERR_MISMATCH,
+                                  "collective mismatch: %s is %d or more calls past #%llu %s, which this rank (%d) "
+                                  "runs by the shared-memory all-reduce and it did not",
+                                  who, HIST, (unsigned long long)op->seq, ring__coll_name(op->coll), comm->rank);
+                goto fail;
+            }
+            if (got > 0) {
+                RING_CHECK(check_rec(comm, op, p, &r, ring));
+                if (*ring) goto fail;
+                checked = p + 1;
+                since = ring__now_ns();
+            }
+        }
+        if (p < checked && atomic_load_explicit(&m->row[p].progress, memory_order_acquire) >= target) {
+            p++;
+            since = ring__now_ns();
+            continue;
+        }
+        int64_t idle = ring__now_ns() - since;
+        int stop = RING__WAIT_GO_ON;
+        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) stop = RING__WAIT_ABORTED;
+        else if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) stop = RING__WAIT_REMOTE;
+        else if (idle > (int64_t)comm->params.timeout_ms * 1000000LL) stop = RING__WAIT_TIMEOUT;
+        if (stop == RING__WAIT_REMOTE) {
+            rc = ring__remote_result(comm, ring__coll_name(op->coll));
+            goto fail;
+        }
+        int left = ring__watch_someone_left(comm);
+        if (stop != RING__WAIT_GO_ON || left >= 0) {
+            char who[160], why[128];
+            ring__peer_desc(comm, p, who, sizeof who);
+            if (left >= 0) snprintf(why, sizeof why, "failed: a rank called ring_comm_destroy");
+            else if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
+            else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
+            const char *doing = p >= checked ? "enter the collective"
+                                : target % 3 == 1 ? "copy its input in"
+                                                  : "reduce its block";
+            rc = ring__seterr(comm, left >= 0 ? RING_ERR_PEER : stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT,
+                              "%s #%llu (shared-memory all-reduce) %s while waiting for %s to %s",
+                              ring__coll_name(op->coll), (unsigned long long)op->seq, why, who, doing);
+            goto fail;
+        }
+        if (idle < 2000000) sched_yield();
+        else nap(idle < 100000000 ? 20000 : 1000000);
+    }
+fail:
+    return rc;
+}
+
+/* dst = elements [lo, hi) of the N windows of a set combined in rank order, in tiles so that
+ * the partial result stays in cache across the N - 1 passes. */
+static void reduce_range(const sm_t *m, const unsigned char *set, const ring__opdesc_t *op, size_t lo, size_t hi, void *dst)
+{
+    const size_t es = ring_dtype_size(op->dtype), tile = TILE / es;
+    const int n = m->nranks;
+    for (size_t i = lo; i < hi; i += tile) {
+        const size_t k = RING__MIN(tile, hi - i);
+        char *d = (char *)dst + (i - lo) * es;
+        for (int p = 1; p < n; p++) {
+            const void *a = p == 1 ? (const void *)(set + i * es) : d, *b = set + (size_t)p * m->win + i * es;
+            if (p == n - 1) ring__reduce_final(d, a, b, k, op->dtype, op->op, n);
+            else ring__reduce(d, a, b, k, op->dtype, op->op);
+        }
+    }
+}
+
+ring_result_t ring__allreduce_sm(ring_comm_t *comm, const ring__opdesc_t *op, int *ran)
+{
+    sm_t *m = comm->sm;
+    ring_result_t rc = RING_OK;
+    const int n = comm->nranks, me = comm->rank;
+    const size_t es = ring_dtype_size(op->dtype);
+    const size_t per_round = m->win / es, align = 64 / es;
+    int ring = 0;
+    *ran = 0;
+    for (size_t off = 0, first = 1; off < op->count || first; off += per_round, first = 0) {
+        const size_t cnt = RING__MIN(per_round, op->count - off);
+        const uint64_t t = m->rounds;
+        unsigned char *set = m->data + (t & 1) * ((size_t)n + 1) * m->win;
+        unsigned char *out = set + (size_t)n * m->win;
+        if (cnt) memcpy(set + (size_t)me * m->win, (const char *)op->sendbuf + off * es, cnt * es);
+        RING_CHECK(step(comm, m, op, 3 * t + 1, (int)first, &ring));
+        if (ring) {
+            /* Nobody got past this round's first step: it is not spent. */
+            atomic_store_explicit(&m->row[me].progress, 3 * t, memory_order_release);
+            return RING_OK;
+        }
+        m->rounds++;
+        char *dst = cnt ? (char *)op->recvbuf + off * es : NULL; /* a barrier has no buffers */
+        if (cnt * es * (size_t)n <= SMALL_ROUND) {
+            /* Small: every rank reduces all of it, in the same order, straight into its recvbuf;
+             * no second wait (nobody writes this set again before every rank is past the next
+             * round's first step, hence done here). */
+            reduce_range(m, set, op, 0, cnt, dst);
+        } else {
+            size_t blk = (cnt + (size_t)n - 1) / (size_t)n;
+            blk = (blk + align - 1) / align * align;
+            const size_t lo = RING__MIN(cnt, (size_t)me * blk), hi = RING__MIN(cnt, lo + blk);
+            reduce_range(m, set, op, lo, hi, out + lo * es);
+            RING_CHECK(step(comm, m, op, 3 * t + 2, 0, &ring));
+            if (cnt) memcpy(dst, out, cnt * es);
+        }
+        atomic_store_explicit(&m->row[me].progress, 3 * t + 3, memory_order_release);
+    }
+    m->ncalls++;
+    *ran = 1;
+fail:
+    if (rc != RING_OK) *ran = 1;
+    return rc;
+}

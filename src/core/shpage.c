@@ -1,0 +1,230 @@
+/*
+ * Shared pages (shpage.h). Rank 0 makes the file and writes the header last (release), so a
+ * rank that sees the magic sees a complete header; every other rank bumps `opened` once it
+ * mapped the file, and rank 0 unlinks the name when the count is full. From then on the
+ * mapping lives exactly as long as the ranks that hold it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "log.h"
+#include "shpage.h"
+
+#define HDR_BYTES ((size_t)4096)
+#define SHPAGE_MAGIC 0x52475350u /* "RGSP" */
+#define SHPAGE_VERSION 1u
+
+typedef struct hdr {
+    uint32_t magic, version, nranks, pad;
+    uint64_t nonce, body_bytes;
+    uint32_t declined;       /* optional pages: rank 0's errno where it could not reserve the body */
+    _Atomic uint32_t opened; /* ranks other than 0 that mapped the file */
+} hdr_t;
+
+static void nap(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* Rank 0: wait until every other rank mapped the page, then remove its name. */
+static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, const char *what)
+{
+    const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+    while (atomic_load_explicit(&h->opened, memory_order_acquire) != (uint32_t)comm->nranks - 1) {
+        /* A rank that dies in init never opens it: its bootstrap connection says so. */
+        for (int r = 1; r < comm->nranks && comm->bs && comm->bs->rank_fds; r++) {
+            struct pollfd pf = {.fd = comm->bs->rank_fds[r], .events = POLLRDHUP};
+            if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died during init", what, r,
+                                    comm->peers[r].host, comm->peers[r].pid);
+        }
+        if (ring__now_ns() > deadline)
+            return ring__seterr(comm, RING_ERR_TIMEOUT, "%s: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
+                                what, atomic_load(&h->opened), comm->nranks - 1, path, comm->params.timeout_ms);
+        nap(100000);
+    }
+    unlink(path);
+    return RING_OK;
+}
+
+/* Ranks other than 0: open the file once rank 0 made it and check its header (written after
+ * the file got its size). Returns it open in *fdp, and rank 0's errno in *declined where it
+ * could not reserve the body (then this rank has counted itself as opened). */
+static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *what, size_t body_bytes, int *fdp,
+                               int *declined)
+{
+    const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+    struct stat st;
+    int fd;
+    for (;;) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)HDR_BYTES) break;
+        if (fd < 0 && errno != ENOENT) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot open %s", what, path);
+        if (fd >= 0) close(fd);
+        if (ring__now_ns() > deadline)
+            return ring__seterr(comm, RING_ERR_TIMEOUT,
+                                "%s: rank 0 did not make %s within %d ms (RING_TIMEOUT_MS); is RING_SHM_DIR the same on "
+                                "every rank?",
+                                what, path, comm->params.timeout_ms);
+        nap(200000);
+    }
+    *fdp = fd;
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+        return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not a page this rank can trust (owner or mode)", what, path);
+    hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
+    while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) nap(200000);
+    ring_result_t rc = RING_OK;
+    if (h->magic != SHPAGE_MAGIC || h->version != SHPAGE_VERSION || h->nonce != comm->job_nonce ||
+        h->nranks != (uint32_t)comm->nranks)
+        rc = ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s has a bad header (another job's?)", what, path);
+    else if (h->body_bytes != body_bytes)
+        rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                          "%s: rank 0 made %s for %llu bytes, this rank (%d) expects %zu: do the ranks have the same "
+                          "settings (RING_SM_MAX_BYTES)?",
+                          what, path, (unsigned long long)h->body_bytes, comm->rank, body_bytes);
+    else if ((*declined = (int)h->declined) != 0)
+        atomic_fetch_add_explicit(&h->opened, 1, memory_order_release);
+    else if (fstat(fd, &st) != 0 || st.st_size != (off_t)(HDR_BYTES + ((body_bytes + 4095) & ~(size_t)4095)))
+        rc = ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not of the size its header says", what, path);
+    munmap(h, HDR_BYTES);
+    return rc;
+}
+
+ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *what, size_t body_bytes, int optional,
+                                ring__shpage_t *pg)
+{
+    ring_result_t rc = RING_OK;
+    int fd = -1, made = 0, declined = 0;
+    void *map = NULL;
+    size_t bytes = HDR_BYTES + ((body_bytes + 4095) & ~(size_t)4095);
+    char path[400];
+    memset(pg, 0, sizeof *pg);
+    snprintf(path, sizeof path, "%s/ringcomm-%u-%u-%016llx-%s", comm->params.shm_dir, (unsigned)geteuid(),
+             (unsigned)comm->peers[0].pid, (unsigned long long)comm->job_nonce, tag);
+    /* A directory that is not there or not writable cannot carry rank 0's refusal either, but
+     * every rank of the host sees it the same way (RING_SHM_DIR must be the same on all). */
+    if (optional && access(comm->params.shm_dir, W_OK | X_OK) != 0) {
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "%s: not used: cannot write in %s (%s)", what,
+                 comm->params.shm_dir, strerror(errno));
+        return RING_OK;
+    }
+    if (comm->rank == 0) {
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot create %s", what, path);
+            goto fail;
+        }
+        made = 1;
+        /* All of it now: a full RING_SHM_DIR is an error (or, for an optional page, a refusal
+         * every rank reads in the header) here, not a SIGBUS in a collective. */
+        int e = posix_fallocate(fd, 0, (off_t)bytes);
+        if (e && (!optional || ftruncate(fd, (off_t)HDR_BYTES) != 0 || posix_fallocate(fd, 0, (off_t)HDR_BYTES) != 0)) {
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, e, "%s: cannot reserve %zu bytes for %s", what, bytes, path);
+            goto fail;
+        }
+        declined = e;
+    } else {
+        RING_CHECK(open_made(comm, path, what, body_bytes, &fd, &declined));
+    }
+    if (declined) {
+        if (comm->rank == 0) {
+            hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (h == MAP_FAILED) {
+                rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
+                goto fail;
+            }
+            h->nranks = (uint32_t)comm->nranks;
+            h->nonce = comm->job_nonce;
+            h->body_bytes = body_bytes;
+            h->declined = (uint32_t)declined;
+            h->version = SHPAGE_VERSION;
+            __atomic_store_n(&h->magic, SHPAGE_MAGIC, __ATOMIC_RELEASE);
+            rc = wait_opened(comm, h, path, what);
+            munmap(h, HDR_BYTES);
+            if (rc != RING_OK) goto fail;
+            made = 0;
+        }
+        close(fd);
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "%s: not used: rank 0 could not reserve %zu bytes in %s (%s)",
+                 what, bytes, comm->params.shm_dir, strerror(declined));
+        return RING_OK;
+    }
+    map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        map = NULL;
+        rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
+        goto fail;
+    }
+    hdr_t *h = map;
+    if (comm->rank == 0) {
+        h->nranks = (uint32_t)comm->nranks;
+        h->nonce = comm->job_nonce;
+        h->body_bytes = body_bytes;
+        h->version = SHPAGE_VERSION;
+        __atomic_store_n(&h->magic, SHPAGE_MAGIC, __ATOMIC_RELEASE);
+        RING_CHECK(wait_opened(comm, h, path, what));
+        made = 0;
+    } else {
+        atomic_fetch_add_explicit(&h->opened, 1, memory_order_release);
+    }
+    close(fd);
+    pg->map = map;
+    pg->bytes = bytes;
+    pg->body = (char *)map + HDR_BYTES;
+    return RING_OK;
+fail:
+    if (fd >= 0) close(fd);
+    if (map) munmap(map, bytes);
+    if (made) unlink(path);
+    return rc;
+}
+
+void ring__shpage_close(ring__shpage_t *pg)
+{
+    if (pg->map) munmap(pg->map, pg->bytes);
+    memset(pg, 0, sizeof *pg);
+}
+
+void ring__callrec_set(ring__callrec_t *r, const ring__opdesc_t *op)
+{
+    r->coll = (uint32_t)op->coll;
+    r->dtype = (uint32_t)op->dtype;
+    r->op = (uint32_t)op->op;
+    r->root = op->root;
+    r->count = op->count;
+}
+
+void ring__callrec_publish(ring__callrec_t *r, uint64_t q) { atomic_store_explicit(&r->seq, q + 1, memory_order_release); }
+
+int ring__callrec_state(const ring__callrec_t *r, uint64_t q)
+{
+    uint64_t s = atomic_load_explicit(&((ring__callrec_t *)r)->seq, memory_order_acquire);
+    return s < q + 1 ? 0 : s > q + 1 ? -1 : 1;
+}
+
+void ring__callrec_copy(ring__callrec_t *out, const ring__callrec_t *r)
+{
+    atomic_init(&out->seq, atomic_load_explicit(&((ring__callrec_t *)r)->seq, memory_order_relaxed));
+    out->count = r->count;
+    out->coll = r->coll;
+    out->dtype = r->dtype;
+    out->op = r->op;
+    out->root = r->root;
+}
+
+int ring__callrec_same(const ring__callrec_t *a, const ring__callrec_t *b)
+{
+    return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->count == b->count;
+}
