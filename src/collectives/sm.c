@@ -12,6 +12,9 @@
  *  2. reduces block r (the r-th of N equal parts, 64-byte aligned) of all N windows, in rank
  *     order, into the result window, publishes 3t+2 and waits until every rank has;
  *  3. copies the whole result window into its recvbuf and publishes 3t+3.
+ * A round whose N inputs together are at most SMALL_ROUND bytes has no step 2 wait: after step
+ * 1 every rank reduces all of it, in the same order, straight into its recvbuf. A barrier is
+ * such a round with no data.
  * Bytes moved per rank and round: S copied in, S read and S/N written by the reduction, S
  * copied out (no wire: the ring moves 2(N-1)/N S through its segments, with a copy in and a
  * copy or a reduction out at each of 2(N-1) steps). What it saves is the steps: two waits for
@@ -54,9 +57,11 @@
 #define HIST 16 /* records per rank: no rank is that many calls ahead of another */
 #define TILE ((size_t)32 * 1024)
 /* Rounds whose N inputs together are at most this many bytes take one wait, not two: every
- * rank reduces the whole round itself (N = 8, 4 KiB: 28 against 42 us with two waits on the
- * 2-core VM, docs/performance.md). */
-#define SMALL_ROUND ((size_t)64 * 1024)
+ * rank reduces the whole round itself. On the 2-core VM (medians of 6 runs, N = 4 | 8 ranks,
+ * 1 KiB / 4 KiB / 16 KiB): two waits 9.2 / 10.7 / 14.7 | 25.8 / 28.2 / 36.6 us, one up to
+ * 16 KiB 6.0 / 7.6 / 14.8 | 14.9 / 22.9 / 34.7, one up to 64 KiB 8.1 / 10.1 / 18.8 | 16.3 /
+ * 22.6 / 36.4 (docs/performance.md). */
+#define SMALL_ROUND ((size_t)16 * 1024)
 
 enum { KIND_SM = 1, KIND_OTHER = 2, KIND_DEVICE = 3 };
 
