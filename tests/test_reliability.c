@@ -16,7 +16,8 @@
  *  timeout    the message names the collective, its sequence number and the peer.
  *  abort      a call in flight returns within 100 ms of ring_comm_abort from another thread.
  *  sm         the shared-memory all-reduce (3 ranks, medium sizes): it runs, and its waits on
- *             the shared page end in a timeout, an abort or a departure naming the rank.
+ *             the shared page end in a timeout, an abort or a departure naming the rank; with
+ *             no room for its page every rank leaves it out and the job runs.
  *
  * Criterion assertions only run on the test's own thread (they longjmp); rank threads record
  * what they saw and the test thread checks it. The suite runs with --jobs 1 (meson.build):
@@ -40,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1861,4 +1863,36 @@ Test(sm, waits_end_in_a_timeout_an_abort_or_a_departure_naming_the_rank, .timeou
         cr_assert(strstr(k[r].msg, "rank 2") && strstr(k[r].msg, "ring_comm_destroy"), "rank %d: %s", r, k[r].msg);
     }
     group_destroy(c, 2);
+}
+
+/* A RING_SHM_DIR with no room for the page (a 1 MiB tmpfs): every rank leaves the path out at
+ * init (rank 0's refusal travels in the page's header), the job runs on the other algorithms,
+ * and nothing is left in the directory. Needs mount(2): skipped where it is refused. */
+Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120)
+{
+    clear_env();
+    char dir[] = "/tmp/ringcomm-sm-tiny-XXXXXX";
+    cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=1777") != 0) {
+        int e = errno;
+        rmdir(dir);
+        cr_skip_test("cannot mount a small tmpfs here (%s): the page's refusal path is not exercised", strerror(e));
+    }
+    setenv("RING_SHM_DIR", dir, 1);
+    enum { N = 3 };
+    ring_comm_t *c[N];
+    group_init(c, N, 20000);
+    for (int r = 0; r < N; r++) cr_assert(!ring__sm_available(c[r]), "rank %d has the page in a 1 MiB tmpfs", r);
+    assert_group_works(c, N, 50000, "init without the page");
+    cr_assert_eq(ring__sm_count(c[0]), 0);
+    group_destroy(c, N);
+    unsetenv("RING_SHM_DIR");
+    DIR *d = opendir(dir);
+    int left = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) left += e->d_name[0] != '.';
+    if (d) closedir(d);
+    umount(dir);
+    rmdir(dir);
+    cr_assert_eq(left, 0, "%d file(s) left in the tmpfs", left);
 }
