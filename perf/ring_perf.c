@@ -741,9 +741,13 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
         const ring__params_t *p = &g_comm->params;
         int ring = 1, rd = 0, tree = 0, rh = 0;
         if (o->coll == PC_COLL_ALLREDUCE) {
+            /* Where the shared-memory all-reduce takes the small sizes, auto runs recursive
+             * doubling only below a RING_RD_MAX_BYTES that was set, and halving never. */
+            const int sm_small = p->algo == RING__ALGO_AUTO && lib_algo(o->coll, 0) == PC_ALGO_SM;
             ring = p->algo == RING__ALGO_AUTO || p->algo == RING__ALGO_RING;
-            rd = p->algo == RING__ALGO_AUTO || p->algo == RING__ALGO_RD;
-            rh = p->algo == RING__ALGO_AUTO || p->algo == RING__ALGO_RH;
+            rd = (p->algo == RING__ALGO_AUTO && !sm_small) || p->algo == RING__ALGO_RD;
+            rh = (p->algo == RING__ALGO_AUTO && lib_algo(o->coll, ring__rh_max_bytes(g_comm)) == PC_ALGO_RH) ||
+                 p->algo == RING__ALGO_RH;
         } else if (o->coll == PC_COLL_BARRIER) {
             ring = p->algo == RING__ALGO_RING;
             rd = !ring;
