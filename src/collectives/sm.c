@@ -82,7 +82,6 @@ typedef struct sm {
     row_t *row;
     unsigned char *data; /* 2 sets of N + 1 windows */
     size_t win;
-    int nranks;
     uint64_t rounds; /* this rank's rounds so far: the same count on every rank */
     uint64_t ncalls;
 } sm_t;
@@ -118,7 +117,6 @@ ring_result_t ring__sm_setup(ring_comm_t *comm)
     m->row = m->page.body;
     m->data = (unsigned char *)m->page.body + rows_bytes(comm->nranks);
     m->win = win;
-    m->nranks = comm->nranks;
     comm->sm = m;
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
              "shared-memory all-reduce: every rank is on this host; %zu bytes of RING_SHM_DIR for windows of %zu bytes",
@@ -218,12 +216,6 @@ static ring_result_t check_rec(ring_comm_t *comm, const ring__opdesc_t *op, int 
                         comm->rank, (unsigned long long)op->seq, a, who, (unsigned long long)op->seq, b, algo_text(theirs));
 }
 
-static void nap(long ns)
-{
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-}
-
 /*
  * Publish step `target` of this rank and wait until every rank reached it. first: the
  * call's first round, where every rank's record is checked too (*ring = 1: every host rank
@@ -262,31 +254,18 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
             continue;
         }
         int64_t idle = ring__now_ns() - since;
-        int stop = RING__WAIT_GO_ON;
-        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) stop = RING__WAIT_ABORTED;
-        else if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) stop = RING__WAIT_REMOTE;
-        else if (idle > (int64_t)comm->params.timeout_ms * 1000000LL) stop = RING__WAIT_TIMEOUT;
-        if (stop == RING__WAIT_REMOTE) {
-            rc = ring__remote_result(comm, ring__coll_name(op->coll));
-            goto fail;
-        }
-        int left = ring__watch_someone_left(comm);
-        if (stop != RING__WAIT_GO_ON || left >= 0) {
-            char who[160], why[128];
+        int stop = ring__wait_stop(comm, idle, 1);
+        if (stop != RING__WAIT_GO_ON) {
+            char who[160];
             ring__peer_desc(comm, p, who, sizeof who);
-            if (left >= 0) snprintf(why, sizeof why, "failed: a rank called ring_comm_destroy");
-            else if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
-            else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
             const char *doing = p >= checked ? "enter the collective"
                                 : target % 3 == 1 ? "copy its input in"
                                                   : "reduce its block";
-            rc = ring__seterr(comm, left >= 0 ? RING_ERR_PEER : stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT,
-                              "%s #%llu (shared-memory all-reduce) %s while waiting for %s to %s",
-                              ring__coll_name(op->coll), (unsigned long long)op->seq, why, who, doing);
+            rc = ring__wait_stop_error(comm, op, stop, "shared-memory all-reduce", who, doing);
             goto fail;
         }
         if (idle < 2000000) sched_yield();
-        else nap(idle < 100000000 ? 20000 : 1000000);
+        else ring__nap_ns(idle < 100000000 ? 20000 : 1000000);
     }
 fail:
     return rc;
@@ -294,10 +273,10 @@ fail:
 
 /* dst = elements [lo, hi) of the N windows of a set combined in rank order, in tiles so that
  * the partial result stays in cache across the N - 1 passes. */
-static void reduce_range(const sm_t *m, const unsigned char *set, const ring__opdesc_t *op, size_t lo, size_t hi, void *dst)
+static void reduce_range(const sm_t *m, int n, const unsigned char *set, const ring__opdesc_t *op, size_t lo, size_t hi,
+                         void *dst)
 {
     const size_t es = ring_dtype_size(op->dtype), tile = TILE / es;
-    const int n = m->nranks;
     for (size_t i = lo; i < hi; i += tile) {
         const size_t k = RING__MIN(tile, hi - i);
         char *d = (char *)dst + (i - lo) * es;
@@ -336,12 +315,12 @@ ring_result_t ring__allreduce_sm(ring_comm_t *comm, const ring__opdesc_t *op, in
             /* Small: every rank reduces all of it, in the same order, straight into its recvbuf;
              * no second wait (nobody writes this set again before every rank is past the next
              * round's first step, hence done here). */
-            reduce_range(m, set, op, 0, cnt, dst);
+            reduce_range(m, n, set, op, 0, cnt, dst);
         } else {
             size_t blk = (cnt + (size_t)n - 1) / (size_t)n;
             blk = (blk + align - 1) / align * align;
             const size_t lo = RING__MIN(cnt, (size_t)me * blk), hi = RING__MIN(cnt, lo + blk);
-            reduce_range(m, set, op, lo, hi, out + lo * es);
+            reduce_range(m, n, set, op, lo, hi, out + lo * es);
             RING_CHECK(step(comm, m, op, 3 * t + 2, 0, &ring));
             if (cnt) memcpy(dst, out, cnt * es);
         }

@@ -180,8 +180,7 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     case RING__COLL_REDUCE_SCATTER:
     case RING__COLL_ALLGATHER: return ring__ring_run(comm, op);
     case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__ring_run(comm, op);
-    case RING__COLL_BARRIER:
-        return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
+    case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
 }

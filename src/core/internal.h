@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "ring_config.h"
 #include "ringcomm.h"
@@ -92,7 +93,7 @@ typedef struct ring__params {
     size_t tree_max_bytes; /* auto: binomial-tree broadcast up to this many bytes (RING_TREE_MAX_BYTES) */
     size_t rh_max_bytes;   /* auto: recursive halving above rd_max up to this many bytes (RING_RH_MAX_BYTES) */
     int rh_max_set;
-    size_t sm_max_bytes;   /* shared-memory all-reduce up to this many bytes, and its window (RING_SM_MAX_BYTES) */
+    size_t sm_max_bytes;   /* auto: shared-memory all-reduce up to this many bytes; 0: no page (RING_SM_MAX_BYTES) */
     int transport;        /* RING__TP_*: RING_TRANSPORT */
     int ib_qps;           /* RING_IB_QPS_PER_PEER: queue pairs per verbs connection */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
@@ -222,5 +223,11 @@ int ring__comm_live(const ring_comm_t *comm);
 
 /* Monotonic clock in nanoseconds. */
 int64_t ring__now_ns(void);
+/* Sleep ns nanoseconds (< 1 s), for the waits that have nothing to poll. */
+static inline void ring__nap_ns(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
 
 #endif

@@ -211,13 +211,33 @@ typedef struct slot {
     int posted, done;
 } slot;
 
+int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int departed)
+{
+    if (atomic_load_explicit(&((ring_comm_t *)comm)->aborted, memory_order_acquire)) return RING__WAIT_ABORTED;
+    if (atomic_load_explicit(&((ring_comm_t *)comm)->remote_failed, memory_order_acquire)) return RING__WAIT_REMOTE;
+    if (departed && ring__watch_someone_left((ring_comm_t *)comm) >= 0) return RING__WAIT_LEFT;
+    if (idle_ns > (int64_t)comm->params.timeout_ms * 1000000LL) return RING__WAIT_TIMEOUT;
+    return RING__WAIT_GO_ON;
+}
+
+ring_result_t ring__wait_stop_error(ring_comm_t *comm, const ring__opdesc_t *op, int stop, const char *how,
+                                    const char *who, const char *doing)
+{
+    const char *name = ring__coll_name(op->coll);
+    if (stop == RING__WAIT_REMOTE) return ring__remote_result(comm, name);
+    char why[128];
+    if (stop == RING__WAIT_LEFT) snprintf(why, sizeof why, "failed: a rank called ring_comm_destroy");
+    else if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
+    else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
+    return ring__seterr(comm, stop == RING__WAIT_LEFT ? RING_ERR_PEER : stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT,
+                        "%s #%llu (%s) %s while waiting for %s to %s", name, (unsigned long long)op->seq, how, why, who,
+                        doing);
+}
+
 ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop)
 {
     const int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
-    *stop = RING__WAIT_GO_ON;
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) *stop = RING__WAIT_ABORTED;
-    else if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) *stop = RING__WAIT_REMOTE;
-    else if (idle_ns > timeout_ns) *stop = RING__WAIT_TIMEOUT;
+    *stop = ring__wait_stop(comm, idle_ns, 0);
     if (*stop != RING__WAIT_GO_ON) return RING_OK;
     /* A reply usually arrives within microseconds; sleeping costs a wake-up that is longer
      * than that, so poll actively for a short while first. */

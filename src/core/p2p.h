@@ -65,8 +65,16 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
  * spins (RING_SPIN_US) or sleeps in poll() on the connections and the wake eventfd, and
  * returns an error if poll() says one of them is dead. Shared by the ring engine and p2p.
  */
-enum { RING__WAIT_GO_ON, RING__WAIT_ABORTED, RING__WAIT_REMOTE, RING__WAIT_TIMEOUT };
+enum { RING__WAIT_GO_ON, RING__WAIT_ABORTED, RING__WAIT_REMOTE, RING__WAIT_TIMEOUT, RING__WAIT_LEFT };
 ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop);
+/* Those checks alone, for waits that have no connection to poll (waits on a shared page:
+ * sm.c, src/cuda/direct.c), which also stop when a rank said goodbye (departed: a rank that
+ * left by ring_comm_destroy, RING__WAIT_LEFT). */
+int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int departed);
+/* The error of such a stop: the remote failure as reported, else "<collective> #<seq> (<how>)
+ * <aborted | timed out | failed> while waiting for <who> to <doing>". */
+ring_result_t ring__wait_stop_error(ring_comm_t *comm, const ring__opdesc_t *op, int stop, const char *how,
+                                    const char *who, const char *doing);
 
 /* "rank 3 (10.0.0.4:40123 on host)" from the bootstrap table. */
 void ring__peer_desc(const ring_comm_t *comm, int rank, char *out, size_t len);

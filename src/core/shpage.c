@@ -24,18 +24,15 @@
 #define SHPAGE_MAGIC 0x52475350u /* "RGSP" */
 #define SHPAGE_VERSION 1u
 
+/* The file: a header page, then the body in whole pages. */
+static size_t file_bytes(size_t body_bytes) { return HDR_BYTES + ((body_bytes + 4095) & ~(size_t)4095); }
+
 typedef struct hdr {
     uint32_t magic, version, nranks, pad;
     uint64_t nonce, body_bytes;
     uint32_t declined;       /* optional pages: rank 0's errno where it could not reserve the body */
     _Atomic uint32_t opened; /* ranks other than 0 that mapped the file */
 } hdr_t;
-
-static void nap(long ns)
-{
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-}
 
 /* Rank 0: wait until every other rank mapped the page, then remove its name. */
 static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, const char *what)
@@ -52,7 +49,7 @@ static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, 
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT, "%s: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
                                 what, atomic_load(&h->opened), comm->nranks - 1, path, comm->params.timeout_ms);
-        nap(100000);
+        ring__nap_ns(100000);
     }
     unlink(path);
     return RING_OK;
@@ -77,26 +74,26 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
                                 "%s: rank 0 did not make %s within %d ms (RING_TIMEOUT_MS); is RING_SHM_DIR the same on "
                                 "every rank?",
                                 what, path, comm->params.timeout_ms);
-        nap(200000);
+        ring__nap_ns(200000);
     }
     *fdp = fd;
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
         return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not a page this rank can trust (owner or mode)", what, path);
     hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
-    while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) nap(200000);
+    while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) ring__nap_ns(200000);
     ring_result_t rc = RING_OK;
     if (h->magic != SHPAGE_MAGIC || h->version != SHPAGE_VERSION || h->nonce != comm->job_nonce ||
         h->nranks != (uint32_t)comm->nranks)
         rc = ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s has a bad header (another job's?)", what, path);
     else if (h->body_bytes != body_bytes)
         rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
-                          "%s: rank 0 made %s for %llu bytes, this rank (%d) expects %zu: do the ranks have the same "
-                          "settings (RING_SM_MAX_BYTES)?",
+                          "%s: rank 0 made %s for %llu bytes, this rank (%d) expects %zu: do the ranks run the same "
+                          "ringcomm build?",
                           what, path, (unsigned long long)h->body_bytes, comm->rank, body_bytes);
     else if ((*declined = (int)h->declined) != 0)
         atomic_fetch_add_explicit(&h->opened, 1, memory_order_release);
-    else if (fstat(fd, &st) != 0 || st.st_size != (off_t)(HDR_BYTES + ((body_bytes + 4095) & ~(size_t)4095)))
+    else if (fstat(fd, &st) != 0 || st.st_size != (off_t)file_bytes(body_bytes))
         rc = ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not of the size its header says", what, path);
     munmap(h, HDR_BYTES);
     return rc;
@@ -108,7 +105,7 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
     ring_result_t rc = RING_OK;
     int fd = -1, made = 0, declined = 0;
     void *map = NULL;
-    size_t bytes = HDR_BYTES + ((body_bytes + 4095) & ~(size_t)4095);
+    size_t bytes = file_bytes(body_bytes);
     char path[400];
     memset(pg, 0, sizeof *pg);
     snprintf(path, sizeof path, "%s/ringcomm-%u-%u-%016llx-%s", comm->params.shm_dir, (unsigned)geteuid(),
@@ -138,48 +135,36 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
     } else {
         RING_CHECK(open_made(comm, path, what, body_bytes, &fd, &declined));
     }
-    if (declined) {
+    /* A refused page is its header alone, which the other ranks have read by now. */
+    if (declined) bytes = HDR_BYTES;
+    if (!declined || comm->rank == 0) {
+        map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+            map = NULL;
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
+            goto fail;
+        }
+        hdr_t *h = map;
         if (comm->rank == 0) {
-            hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (h == MAP_FAILED) {
-                rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
-                goto fail;
-            }
             h->nranks = (uint32_t)comm->nranks;
             h->nonce = comm->job_nonce;
             h->body_bytes = body_bytes;
             h->declined = (uint32_t)declined;
             h->version = SHPAGE_VERSION;
             __atomic_store_n(&h->magic, SHPAGE_MAGIC, __ATOMIC_RELEASE);
-            rc = wait_opened(comm, h, path, what);
-            munmap(h, HDR_BYTES);
-            if (rc != RING_OK) goto fail;
+            RING_CHECK(wait_opened(comm, h, path, what));
             made = 0;
+        } else {
+            atomic_fetch_add_explicit(&h->opened, 1, memory_order_release);
         }
-        close(fd);
-        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "%s: not used: rank 0 could not reserve %zu bytes in %s (%s)",
-                 what, bytes, comm->params.shm_dir, strerror(declined));
-        return RING_OK;
-    }
-    map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-        map = NULL;
-        rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
-        goto fail;
-    }
-    hdr_t *h = map;
-    if (comm->rank == 0) {
-        h->nranks = (uint32_t)comm->nranks;
-        h->nonce = comm->job_nonce;
-        h->body_bytes = body_bytes;
-        h->version = SHPAGE_VERSION;
-        __atomic_store_n(&h->magic, SHPAGE_MAGIC, __ATOMIC_RELEASE);
-        RING_CHECK(wait_opened(comm, h, path, what));
-        made = 0;
-    } else {
-        atomic_fetch_add_explicit(&h->opened, 1, memory_order_release);
     }
     close(fd);
+    if (declined) {
+        if (map) munmap(map, bytes);
+        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "%s: not used: rank 0 could not reserve %zu bytes in %s (%s)",
+                 what, file_bytes(body_bytes), comm->params.shm_dir, strerror(declined));
+        return RING_OK;
+    }
     pg->map = map;
     pg->bytes = bytes;
     pg->body = (char *)map + HDR_BYTES;

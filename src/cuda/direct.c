@@ -91,7 +91,6 @@ typedef struct row {
     rec_t rec[HIST];
 } row_t;
 
-
 typedef struct map {
     uint64_t id, used;
     uint32_t pid;
@@ -337,35 +336,18 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
         if (done) break;
         int64_t now = ring__now_ns();
         if (moved) last = now;
-        int stop = RING__WAIT_GO_ON;
-        if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) stop = RING__WAIT_ABORTED;
-        else if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) stop = RING__WAIT_REMOTE;
-        else if (now - last > (int64_t)comm->params.timeout_ms * 1000000LL) stop = RING__WAIT_TIMEOUT;
-        if (stop == RING__WAIT_REMOTE) {
-            rc = ring__remote_result(comm, name);
-            goto fail;
-        }
-        int left = what == W_GPU ? -1 : ring__watch_someone_left(comm);
-        if (stop != RING__WAIT_GO_ON || left >= 0) {
-            char peer[160] = "this rank's GPU", why[128];
+        int stop = ring__wait_stop(comm, now - last, what != W_GPU);
+        if (stop != RING__WAIT_GO_ON) {
+            char peer[160] = "this rank's GPU";
             if (what != W_GPU) ring__peer_desc(comm, lag, peer, sizeof peer);
-            if (left >= 0) snprintf(why, sizeof why, "failed: a rank called ring_comm_destroy");
-            else if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
-            else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-            rc = ring__seterr(comm, left >= 0 ? RING_ERR_PEER : stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT,
-                              "%s #%llu (direct CUDA IPC) %s while waiting for %s to %s", name,
-                              (unsigned long long)op->seq, why, peer,
-                              what == W_RECORDS ? "enter the collective"
-                              : what == W_GPU   ? "finish this rank's work"
-                                                : stage_text((int)(target % 4), op->coll));
+            rc = ring__wait_stop_error(comm, op, stop, "direct CUDA IPC", peer,
+                                       what == W_RECORDS ? "enter the collective"
+                                       : what == W_GPU   ? "finish this rank's work"
+                                                         : stage_text((int)(target % 4), op->coll));
             goto fail;
         }
-        if (now - last > 100000000LL) {
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        } else {
-            sched_yield();
-        }
+        if (now - last > 100000000LL) ring__nap_ns(1000000);
+        else sched_yield();
     }
 fail:
     return rc;
