@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,7 +215,8 @@ static void clear_env(void)
     const char *vars[] = {"RING_RANK", "RING_NRANKS", "RING_ROOT", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                           "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
                           "PMI_SIZE", "RING_TIMEOUT_MS", "RING_CHUNK_BYTES", "RING_NSOCKS", "RING_PIPELINE_DEPTH",
-                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES", "RING_IB_GDR"};
+                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES", "RING_IB_GDR",
+                          "RING_SPIN_YIELD"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -306,23 +308,70 @@ Test(param, resolve_env_and_config)
     clear_env();
 }
 
-Test(param, ib_gdr)
+/* The auto/0/1 knobs: auto (-1) by default, each value read, anything else refused by name. */
+static void tristate(const char *var, size_t field)
 {
     ring__params_t p;
     clear_env();
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
-    cr_assert_eq(p.ib_gdr, -1, "auto by default");
+    cr_assert_eq(*(int *)((char *)&p + field), -1, "%s: auto by default", var);
     const char *vals[] = {"0", "1", "auto"};
     const int want[] = {0, 1, -1};
     for (int i = 0; i < 3; i++) {
-        setenv("RING_IB_GDR", vals[i], 1);
-        cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s", vals[i]);
-        cr_assert_eq(p.ib_gdr, want[i], "%s", vals[i]);
+        setenv(var, vals[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s=%s", var, vals[i]);
+        cr_assert_eq(*(int *)((char *)&p + field), want[i], "%s=%s", var, vals[i]);
     }
-    setenv("RING_IB_GDR", "yes", 1);
+    setenv(var, "yes", 1);
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
-    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_GDR") != NULL);
+    cr_assert(strstr(ring_comm_last_error(NULL), var) != NULL);
     clear_env();
+}
+
+Test(param, ib_gdr) { tristate("RING_IB_GDR", offsetof(ring__params_t, ib_gdr)); }
+Test(param, spin_yield) { tristate("RING_SPIN_YIELD", offsetof(ring__params_t, spin_yield)); }
+
+/* ---- how a waiting rank spins ------------------------------------------------------------- */
+
+static void ranks_on(ring__peer_info_t *p, int n, const uint32_t *kernel, const int *first, const int *count)
+{
+    memset(p, 0, sizeof *p * (size_t)n);
+    for (int r = 0; r < n; r++) {
+        p[r].kernel = kernel[r];
+        p[r].cpu_first = (uint16_t)first[r];
+        p[r].cpu_count = (uint16_t)count[r];
+    }
+}
+
+Test(spin, busy_only_when_no_rank_shares_a_cpu)
+{
+    ring__peer_info_t p[4];
+    const uint32_t one[] = {7, 7, 7, 7}, two[] = {7, 7, 9, 9};
+    /* ringrun's binding: one CPU each, all different. */
+    ranks_on(p, 2, one, (int[]){0, 1}, (int[]){1, 1});
+    cr_assert(ring__spin_busy_pick(p, 2, 0, 2));
+    cr_assert(ring__spin_busy_pick(p, 2, 1, 2));
+    /* Both bound to CPU 0 (taskset on the launcher). */
+    ranks_on(p, 2, one, (int[]){0, 0}, (int[]){1, 1});
+    cr_assert_not(ring__spin_busy_pick(p, 2, 0, 2));
+    /* Unbound: as many CPUs as ranks, or fewer. */
+    ranks_on(p, 2, one, (int[]){0, 0}, (int[]){2, 2});
+    cr_assert(ring__spin_busy_pick(p, 2, 0, 2));
+    ranks_on(p, 4, one, (int[]){0, 0, 0, 0}, (int[]){2, 2, 2, 2});
+    cr_assert_not(ring__spin_busy_pick(p, 4, 0, 2), "4 ranks on 2 CPUs");
+    cr_assert_not(ring__spin_busy_pick(p, 4, 0, 8), "4 ranks each allowed on the same 2 of 8 CPUs");
+    ranks_on(p, 4, one, (int[]){0, 0, 0, 0}, (int[]){8, 8, 8, 8});
+    cr_assert(ring__spin_busy_pick(p, 4, 3, 8));
+    /* Two machines of 2 ranks on 2 CPUs each: only the ranks of a machine count. Stand-in
+     * host names (RING_HOST_ID) keep the kernel, so namespaces of one machine still count. */
+    ranks_on(p, 4, two, (int[]){0, 0, 0, 0}, (int[]){2, 2, 2, 2});
+    cr_assert(ring__spin_busy_pick(p, 4, 0, 2));
+    cr_assert(ring__spin_busy_pick(p, 4, 2, 2));
+    /* A mix of bound and unbound ranks, or an unknown kernel: yield. */
+    ranks_on(p, 2, one, (int[]){0, 0}, (int[]){1, 2});
+    cr_assert_not(ring__spin_busy_pick(p, 2, 0, 2));
+    ranks_on(p, 2, (uint32_t[]){0, 0}, (int[]){0, 1}, (int[]){1, 1});
+    cr_assert_not(ring__spin_busy_pick(p, 2, 0, 2));
 }
 
 /* ---- collective descriptors -------------------------------------------------------------- */
@@ -401,6 +450,9 @@ Test(bootstrap, hello_roundtrip_and_rejections)
     strcpy(info.host, "nodeA");
     strcpy(info.bootid, "boot-1");
     info.pid = 1234;
+    info.kernel = 0x89abcdefu;
+    info.cpu_first = 300;
+    info.cpu_count = 2;
     unsigned char buf[RING__HELLO_LEN];
     uint32_t rank, nranks;
     ring_result_t code;
@@ -410,6 +462,9 @@ Test(bootstrap, hello_roundtrip_and_rejections)
     cr_assert_eq(nranks, 8);
     cr_assert_str_eq(got.host, "nodeA");
     cr_assert_eq(got.pid, 1234);
+    cr_assert_eq(got.kernel, 0x89abcdefu);
+    cr_assert_eq(got.cpu_first, 300);
+    cr_assert_eq(got.cpu_count, 2);
     cr_assert_eq(memcmp(got.addr.data, info.addr.data, 16), 0);
 
     cr_assert_not_null(ring__hello_parse(buf, other, &rank, &nranks, &got, &code));

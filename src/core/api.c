@@ -26,10 +26,11 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
     if (!ring__comm_live(comm))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: not a live communicator (destroyed, or never created)",
                             name);
-    char what[64];
-    snprintf(what, sizeof what, "ring_%s", name);
-    ring_result_t fc = ring__failed_result(comm, what);
-    if (fc != RING_OK) return fc;
+    if (atomic_load(&comm->fail_code) != RING_OK) { /* the name only on this path: every call comes here */
+        char what[64];
+        snprintf(what, sizeof what, "ring_%s", name);
+        return ring__failed_result(comm, what);
+    }
     if (op->coll == RING__COLL_BARRIER) return RING_OK;
     if ((unsigned)op->dtype >= RING_DTYPE_COUNT)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: invalid dtype %d", name, (int)op->dtype);

@@ -3,23 +3,27 @@
  *
  * Steps and bytes on the wire:
  *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
- *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 280 bytes:
+ *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 288 bytes:
  *     magic "RGBS" | version | 128-bit secret | nranks | rank | addr len | addr[128] |
- *     host[64] | boot id[40] | pid | flags | layout key (chunk size and pipeline depth).
+ *     host[64] | boot id[40] | pid | flags | layout key (chunk size and pipeline depth) |
+ *     kernel (hash of the real boot id) | first CPU and CPU count (u16 each) of the affinity.
  *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
  *     duplicate rank gets a REJECT frame (24-byte header + 160-byte reason) and is closed. No
  *     stranger can stall or break the job: at most 64 unauthenticated connections are held,
  *     the oldest dropped first.
  *  4. When all ranks joined, rank 0 sends each one TABLE: 24-byte header (magic "RGBT", type,
- *     nranks, code, 64-bit job nonce) + nranks x 248-byte entries (addr len, addr, host, boot
- *     id, pid, flags, layout key). Total root traffic: (N-1) x (280 + 24 + 248 N) bytes.
+ *     nranks, code, 64-bit job nonce) + nranks x 256-byte entries (addr len, addr, host, boot
+ *     id, pid, flags, layout key, kernel, CPUs). Total root traffic: (N-1) x (288 + 24 + 256 N)
+ *     bytes.
  *     Host name and boot id tell which ranks share a host (shared memory, ring order); flags
  *     say whether a rank takes shared-memory connections; every rank checks that all layout
- *     keys equal its own (comm.c).
+ *     keys equal its own (comm.c). Kernel and CPUs say how many ranks share this machine's CPUs,
+ *     namespaces and RING_HOST_ID included, which decides how a rank waits (comm.c).
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +36,7 @@
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
-#define BS_VERSION 4u
+#define BS_VERSION 5u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64
@@ -49,6 +53,40 @@ void ring__host_identity(ring__peer_info_t *info)
         info->bootid[strcspn(info->bootid, "\n")] = '\0';
     }
     info->pid = (uint32_t)getpid();
+    /* FNV-1a: only equality matters, and 0 stays "unknown". */
+    uint32_t h = 2166136261u;
+    for (const char *c = info->bootid; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    info->kernel = info->bootid[0] ? h | 1u : 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int first = -1;
+        for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+            if (CPU_ISSET(c, &set)) first = c;
+        info->cpu_first = (uint16_t)(first < 0 ? 0 : first);
+        info->cpu_count = (uint16_t)RING__MIN(CPU_COUNT(&set), 65535);
+    }
+}
+
+int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long online)
+{
+    const ring__peer_info_t *mine = &peers[me];
+    int mates = 0, bound = 0, free_ = 0;
+    if (!mine->kernel) return 0;
+    for (int q = 0; q < n; q++) {
+        if (peers[q].kernel != mine->kernel) continue;
+        mates++;
+        if (peers[q].cpu_count == 1) {
+            bound++;
+            for (int o = 0; o < q; o++)
+                if (peers[o].kernel == mine->kernel && peers[o].cpu_count == 1 && peers[o].cpu_first == peers[q].cpu_first)
+                    return 0; /* two ranks bound to one CPU */
+        }
+    }
+    if (mates > online) return 0;
+    for (int q = 0; q < n; q++)
+        if (peers[q].kernel == mine->kernel && peers[q].cpu_count >= mates) free_++;
+    return bound == mates || free_ == mates;
 }
 
 static void put_info(unsigned char *p, const ring__peer_info_t *info)
@@ -60,6 +98,8 @@ static void put_info(unsigned char *p, const ring__peer_info_t *info)
     ring__put32(p + 236, info->pid);
     ring__put32(p + 240, info->flags);
     ring__put32(p + 244, info->layout);
+    ring__put32(p + 248, info->kernel);
+    ring__put32(p + 252, (uint32_t)info->cpu_first << 16 | info->cpu_count);
 }
 
 /* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
@@ -76,6 +116,10 @@ int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info)
     info->pid = ring__get32(p + 236);
     info->flags = ring__get32(p + 240);
     info->layout = ring__get32(p + 244);
+    info->kernel = ring__get32(p + 248);
+    uint32_t cpus = ring__get32(p + 252);
+    info->cpu_first = (uint16_t)(cpus >> 16);
+    info->cpu_count = (uint16_t)cpus;
     return 0;
 }
 

@@ -18,6 +18,11 @@ typedef struct ring__peer_info {
     uint32_t pid;
     uint32_t flags; /* RING__PEER_* */
     uint32_t layout; /* ring__layout_key(RING_CHUNK_BYTES, RING_PIPELINE_DEPTH): the same on every rank */
+    /* The machine's kernel (a hash of the real boot id, kept under RING_HOST_ID; 0 unknown)
+     * and the CPUs this rank may run on (first, count; count 0 unknown): who competes for
+     * which CPUs, for the choice of how to wait (comm.c). */
+    uint32_t kernel;
+    uint16_t cpu_first, cpu_count;
 } ring__peer_info_t;
 
 /* A fingerprint of the parameters that decide how ring collectives cut buffers into messages
@@ -59,17 +64,25 @@ void ring__bootstrap_close(ring__bootstrap_t *bs);
 /* Fill host name and boot id (same host = same name and boot id). */
 void ring__host_identity(ring__peer_info_t *info);
 
+/*
+ * RING_SPIN_YIELD=auto: may rank `me` wait without yielding its CPU? Yes when the ranks on its
+ * machine (same kernel) are no more than its `online` CPUs and do not share CPUs: each bound to
+ * one CPU of its own, or each free to run on at least as many CPUs as there are such ranks
+ * (the kernel spreads them). Anything else (bound to shared CPUs, unknown) yields.
+ */
+int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long online);
+
 /* Wire sizes, exposed for tests. */
-#define RING__HELLO_LEN 280
+#define RING__HELLO_LEN 288
 #define RING__TABLE_HDR_LEN 24
-#define RING__TABLE_ENTRY_LEN 248
+#define RING__TABLE_ENTRY_LEN 256
 #define RING__REJECT_MSG_LEN 160
 
 /* Parse and validate a HELLO (used by the root and by tests). Returns a short reason for the
  * rejection (NULL if valid) and fills rank/nranks/info. */
 const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16], uint32_t *rank,
                               uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code);
-/* One 248-byte rank-table entry (also the address block of a HELLO): 0 if valid. */
+/* One 256-byte rank-table entry (also the address block of a HELLO): 0 if valid. */
 int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info);
 void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t rank,
                        uint32_t nranks, const ring__peer_info_t *info);

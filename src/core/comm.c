@@ -74,9 +74,12 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     return rc;
 }
 
+_Thread_local int ring__on_progress_thread;
+
 static void *progress_main(void *arg)
 {
     ring_comm_t *comm = arg;
+    ring__on_progress_thread = 1;
     if (comm->plan) {
         char why[320];
         int b = ring__topo_bind_thread(comm->topo, comm->plan, NULL, why, sizeof why);
@@ -440,6 +443,11 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     comm->left = comm->order[ring__mod_int(comm->pos - 1, n)];
     comm->right = comm->order[ring__mod_int(comm->pos + 1, n)];
     comm->all_shm = all_shm(comm);
+    comm->spin_busy = comm->params.spin_yield >= 0 ? !comm->params.spin_yield
+                                                   : ring__spin_busy_pick(comm->peers, n, comm->rank, sysconf(_SC_NPROCESSORS_ONLN));
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "waits poll for %d us %s before sleeping (RING_SPIN_YIELD=%s)",
+             comm->params.spin_us, comm->spin_busy ? "without yielding the CPU" : "yielding the CPU between tries",
+             comm->params.spin_yield < 0 ? "auto" : comm->params.spin_yield ? "1" : "0");
     ring__peer_desc(comm, comm->left, comm->peer_desc[0], sizeof comm->peer_desc[0]);
     ring__peer_desc(comm, comm->right, comm->peer_desc[1], sizeof comm->peer_desc[1]);
     RING_CHECK(ring__conn_establish(comm, &comm->right, 1, &comm->left, 1, deadline));

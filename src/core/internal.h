@@ -6,6 +6,7 @@
 #define RING_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -86,6 +87,7 @@ typedef struct ring__params {
     int pipeline_depth;
     size_t sockbuf_bytes;
     int spin_us; /* busy-poll this long after the last progress before sleeping in poll() */
+    int spin_yield; /* RING_SPIN_YIELD: -1 auto, 0 never, 1 always (yield the CPU between tries) */
     int port_lo, port_hi; /* data listen port range; 0,0 = ephemeral */
     int algo;             /* RING__ALGO_*: RING_ALGO */
     size_t rd_max_bytes;  /* auto: recursive doubling up to this many bytes (RING_RD_MAX_BYTES) */
@@ -179,6 +181,9 @@ struct ring_comm {
      * thread CPUs. */
     const struct ring__topo *topo;
     struct ring__topo_plan *plan;
+    /* A waiting rank polls without giving its CPU away (ring__spin_once): no other rank of this
+     * communicator needs that CPU (ring__spin_busy_pick). Otherwise every try yields. */
+    int spin_busy;
     int all_shm;   /* every ring edge is shared memory: the same answer on every rank (algorithm defaults) */
     void **conn_send, **conn_recv; /* by rank, NULL where not connected */
     void *send_right; /* = conn_send[right] */
@@ -224,6 +229,28 @@ int ring__comm_live(const ring_comm_t *comm);
 /* Monotonic clock in nanoseconds. */
 int64_t ring__now_ns(void);
 /* Sleep ns nanoseconds (< 1 s), for the waits that have nothing to poll. */
+/* Set on the progress thread, which runs the _async calls while the caller's own threads
+ * compute: it always yields, as they may need its CPU. */
+extern _Thread_local int ring__on_progress_thread;
+
+/* One try of an active wait: a few pause instructions when this rank has a CPU to itself,
+ * else sched_yield, which is a system call (0.2-0.5 us, longer than a shared-memory hand-off
+ * takes) but lets the rank that will answer run on this CPU. */
+static inline void ring__spin_once(const ring_comm_t *comm)
+{
+    if (comm->spin_busy && !ring__on_progress_thread) {
+        for (int i = 0; i < 8; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+#endif
+        }
+        return;
+    }
+    sched_yield();
+}
+
 static inline void ring__nap_ns(long ns)
 {
     struct timespec ts = {0, ns};

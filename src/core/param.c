@@ -255,6 +255,13 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     {
         static const char *const names[] = {"auto", "0", "1"};
         static const int values[] = {-1, 0, 1};
+        p->spin_yield = -1;
+        RING_CHECK(env_choice("RING_SPIN_YIELD", names, values, (int)(sizeof names / sizeof *names),
+                              "auto, 0 or 1", &p->spin_yield));
+    }
+    {
+        static const char *const names[] = {"auto", "0", "1"};
+        static const int values[] = {-1, 0, 1};
         p->ib_gdr = -1;
         RING_CHECK(env_choice("RING_IB_GDR", names, values, (int)(sizeof names / sizeof *names),
                               "auto, 0 or 1", &p->ib_gdr));

@@ -113,6 +113,7 @@ typedef struct direct {
     map_t *maps;    /* nranks x MAPS */
     export_t exports[EXPORTS];
     int device;     /* of the mappings (one device per communicator's direct calls) */
+    uint32_t pid;   /* this process, for the records (getpid() is a system call, once per call) */
     ring__cuda_event_t ev; /* made on the first direct call */
     /* Per call, nranks each: the records read, which of them arrived, where each peer's
      * sendbuf and recvbuf allocations are mapped here (own: unused). */
@@ -148,6 +149,7 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
     const size_t n = (size_t)comm->nranks;
     d = calloc(1, sizeof *d);
     if (d) {
+        d->pid = (uint32_t)getpid();
         d->maps = calloc(n * MAPS, sizeof *d->maps);
         d->recs = calloc(n, sizeof *d->recs);
         d->got = calloc(n, 1);
@@ -197,7 +199,7 @@ static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const r
     rec_t *r = rec_of(d, rank, op->seq);
     ring__callrec_set(&r->c, op);
     r->kind = fill ? fill->kind : REC_HOST;
-    r->pid = (uint32_t)getpid();
+    r->pid = d->pid;
     if (fill) memcpy(r->buf, fill->buf, sizeof r->buf);
     ring__callrec_publish(&r->c, op->seq);
 }
@@ -347,7 +349,7 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
             goto fail;
         }
         if (now - last > 100000000LL) ring__nap_ns(1000000);
-        else sched_yield();
+        else ring__spin_once(comm);
     }
 fail:
     return rc;

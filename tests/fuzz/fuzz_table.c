@@ -1,10 +1,10 @@
 /*
  * Rank-table entries: after the 24-byte TABLE header, rank_run (bootstrap.c) reads nranks
- * 248-byte entries from the root and parses each with ring__peer_info_parse; the root parses
+ * 256-byte entries from the root and parses each with ring__peer_info_parse; the root parses
  * the same block inside every HELLO. The address, host and boot id then size copies and are
  * printed, so a length or terminator taken from the wire unchecked would be a memory bug.
  *
- * Input: consecutive 248-byte entries (the table body); a short last one is zero-padded. The
+ * Input: consecutive 256-byte entries (the table body); a short last one is zero-padded. The
  * header checks in rank_run are inline code, not a function, and are not covered here.
  */
 #include <stdlib.h>
@@ -14,15 +14,18 @@
 #include "fuzz_util.h"
 #include "wire.h"
 
-/* Entry layout (bootstrap.c put_info): addr len, addr, host, boot id, pid, flags, layout key. */
+/* Entry layout (bootstrap.c put_info): addr len, addr, host, boot id, pid, flags, layout key,
+ * kernel, CPUs. */
 #define ADDR_OFF 4
 #define HOST_OFF (ADDR_OFF + RING__TP_ADDR_MAX)
 #define BOOTID_OFF (HOST_OFF + RING__HOST_MAX)
 #define PID_OFF (BOOTID_OFF + RING__BOOTID_MAX)
 #define FLAGS_OFF (PID_OFF + 4)
 #define LAYOUT_OFF (FLAGS_OFF + 4)
+#define KERNEL_OFF (LAYOUT_OFF + 4)
+#define CPUS_OFF (KERNEL_OFF + 4)
 #define HELLO_INFO_OFF 32
-_Static_assert(LAYOUT_OFF + 4 == RING__TABLE_ENTRY_LEN, "entry layout differs from bootstrap.c");
+_Static_assert(CPUS_OFF + 4 == RING__TABLE_ENTRY_LEN, "entry layout differs from bootstrap.c");
 _Static_assert(HELLO_INFO_OFF + RING__TABLE_ENTRY_LEN == RING__HELLO_LEN, "HELLO layout differs from bootstrap.c");
 
 /* e is exactly one entry long on the heap, so that ASan sees any read past it. */
@@ -46,6 +49,8 @@ static void check_entry(const unsigned char *e)
     FUZZ_CHECK(info.pid == ring__get32(e + PID_OFF));
     FUZZ_CHECK(info.flags == ring__get32(e + FLAGS_OFF));
     FUZZ_CHECK(info.layout == ring__get32(e + LAYOUT_OFF));
+    FUZZ_CHECK(info.kernel == ring__get32(e + KERNEL_OFF));
+    FUZZ_CHECK(((uint32_t)info.cpu_first << 16 | info.cpu_count) == ring__get32(e + CPUS_OFF));
 
     /* Serialising what was parsed (the root does exactly that when it sends the table) gives
      * the entry back, except the terminators parse forces. A HELLO carries the same block. */

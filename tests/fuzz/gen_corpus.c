@@ -66,6 +66,9 @@ static ring__peer_info_t info_v4(void)
     snprintf(in.host, sizeof in.host, "node-a");
     snprintf(in.bootid, sizeof in.bootid, "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9");
     in.pid = 4242;
+    in.kernel = 0x5eed0001u;
+    in.cpu_first = 0;
+    in.cpu_count = 1;
     return in;
 }
 
@@ -80,6 +83,9 @@ static ring__peer_info_t info_v6(void)
     snprintf(in.host, sizeof in.host, "gpu-node-017.cluster.example");
     snprintf(in.bootid, sizeof in.bootid, "0a1b2c3d-0000-4000-8000-123456789abc");
     in.pid = 123456;
+    in.kernel = 0x5eed0003u;
+    in.cpu_first = 96;
+    in.cpu_count = 48;
     return in;
 }
 
@@ -90,7 +96,7 @@ static int hello_ok(const unsigned char *buf, ring_result_t *code)
     return ring__hello_parse(buf, fuzz_secret, &r, &n, &out, code) == NULL;
 }
 
-/* Checked as the harness reads it: zero-padded, the secret written in when byte 280 says so. */
+/* Checked as the harness reads it: zero-padded, the secret written in when byte 288 says so. */
 static void hello_seed(const char *name, const unsigned char *buf, size_t len, ring_result_t want)
 {
     unsigned char h[RING__HELLO_LEN] = {0};
@@ -148,7 +154,7 @@ static void gen_hello(void)
     hello_seed("addr_len_max", b, RING__HELLO_LEN, RING_ERR_PROTOCOL);
 }
 
-/* An entry is the HELLO's address block (bytes 32..280). */
+/* An entry is the HELLO's address block (bytes 32..288). */
 static void entry_of(unsigned char *e, const ring__peer_info_t *in)
 {
     unsigned char b[RING__HELLO_LEN];
