@@ -99,6 +99,15 @@ Test(rdma_gid, empty_or_zero_tables_say_so)
     cr_assert_eq(ring__rdma_pick_gid(ib, 1, 0, NULL, why, sizeof why), -1);
 }
 
+Test(rdma_soft, kernel_devices_are_named)
+{
+    cr_assert(ring__rdma_soft_device("rxe0"));
+    cr_assert(ring__rdma_soft_device("siw_eth0"));
+    cr_assert_not(ring__rdma_soft_device("mlx5_0"));
+    cr_assert_not(ring__rdma_soft_device("bnxt_re0"));
+    cr_assert_not(ring__rdma_soft_device(NULL));
+}
+
 Test(rdma_credit, sender_window_holds_exactly_nslots)
 {
     cr_assert(ring__rdma_can_post(0, 0, 4));

@@ -51,6 +51,10 @@ typedef struct ring__gid_ent {
  */
 int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_t *want_v4, char *why, size_t len);
 
+/* A verbs device implemented by the kernel on the host's CPUs (soft-RoCE "rxe", soft-iWARP
+ * "siw"): its work competes with ranks that poll without yielding (RING_SPIN_YIELD). */
+int ring__rdma_soft_device(const char *name);
+
 /*
  * Slot window of one direction. The receiver owns nslots slots; the sender may have at most
  * nslots published and not yet freed: it may publish slot `next` while next - freed < nslots,

@@ -17,6 +17,11 @@ static int is_zero(const uint8_t g[16])
     return 1;
 }
 
+int ring__rdma_soft_device(const char *name)
+{
+    return name && (!strncmp(name, "rxe", 3) || !strncmp(name, "siw", 3));
+}
+
 int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_t *want_v4, char *why, size_t len)
 {
     int best = -1, best_score = -1;
