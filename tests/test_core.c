@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bootstrap.h"
 #include "free_port.h"
@@ -372,6 +373,53 @@ Test(spin, busy_only_when_no_rank_shares_a_cpu)
     cr_assert_not(ring__spin_busy_pick(p, 2, 0, 2));
     ranks_on(p, 2, (uint32_t[]){0, 0}, (int[]){0, 1}, (int[]){1, 1});
     cr_assert_not(ring__spin_busy_pick(p, 2, 0, 2));
+}
+
+/* A file under dir, with its parent directories. */
+static void put_file(const char *dir, const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    for (char *s = path + strlen(dir) + 1; (s = strchr(s, '/')); s++) {
+        *s = '\0';
+        mkdir(path, 0700);
+        *s = '/';
+    }
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(spin, cgroup_cpu_limits_v1_and_v2)
+{
+    char dir[] = "/tmp/ringcomm-cg-XXXXXX", proc[600], root[600];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(proc, sizeof proc, "%s/cgroup", dir);
+    snprintf(root, sizeof root, "%s/fs", dir);
+    /* v2: the group itself has no limit, its parent 1.5 CPUs (rounded up), the root none. */
+    put_file(dir, "cgroup", "0::/pod/ctr\n");
+    put_file(dir, "fs/cpu.max", "max 100000\n");
+    put_file(dir, "fs/pod/cpu.max", "150000 100000\n");
+    put_file(dir, "fs/pod/ctr/cpu.max", "max 100000\n");
+    cr_assert_eq(ring__cgroup_cpu_limit(proc, root), 2);
+    /* The tighter of two levels. */
+    put_file(dir, "fs/pod/ctr/cpu.max", "100000 100000\n");
+    cr_assert_eq(ring__cgroup_cpu_limit(proc, root), 1);
+    /* v1 (hybrid: the cpu controller's line wins over "0::"), mounted as cpu,cpuacct. */
+    put_file(dir, "cgroup", "4:memory:/x\n3:cpu,cpuacct:/job\n0::/\n");
+    put_file(dir, "fs/cpu,cpuacct/job/cpu.cfs_quota_us", "400000\n");
+    put_file(dir, "fs/cpu,cpuacct/job/cpu.cfs_period_us", "100000\n");
+    cr_assert_eq(ring__cgroup_cpu_limit(proc, root), 4);
+    put_file(dir, "fs/cpu,cpuacct/job/cpu.cfs_quota_us", "-1\n");
+    cr_assert_eq(ring__cgroup_cpu_limit(proc, root), 0, "-1: no limit");
+    /* Unreadable or unknown: no limit. */
+    put_file(dir, "cgroup", "garbage\n");
+    cr_assert_eq(ring__cgroup_cpu_limit(proc, root), 0);
+    cr_assert_eq(ring__cgroup_cpu_limit("/nonexistent/cgroup", root), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
 
 /* ---- collective descriptors -------------------------------------------------------------- */

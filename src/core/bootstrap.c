@@ -89,6 +89,90 @@ int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long onl
     return bound == mates || free_ == mates;
 }
 
+#define CG_PATH 1024
+
+/* ceil(quota / period) from the files of one cgroup directory; 0: no limit there. */
+static long cg_dir_limit(const char *dir, int v1)
+{
+    char path[CG_PATH + 32], buf[128];
+    long long q = -1, p = 0;
+    FILE *f;
+    if (v1) {
+        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+        if ((f = fopen(path, "re"))) {
+            if (fscanf(f, "%lld", &q) != 1) q = -1;
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+        if ((f = fopen(path, "re"))) {
+            if (fscanf(f, "%lld", &p) != 1) p = 0;
+            fclose(f);
+        }
+    } else {
+        snprintf(path, sizeof path, "%s/cpu.max", dir);
+        if ((f = fopen(path, "re"))) {
+            /* "max 100000" (no limit) or "200000 100000" */
+            if (fgets(buf, sizeof buf, f) && sscanf(buf, "%lld %lld", &q, &p) != 2) q = -1;
+            fclose(f);
+        }
+    }
+    return q > 0 && p > 0 ? (long)((q + p - 1) / p) : 0;
+}
+
+/* A v1 controller list ("cpu", "cpu,cpuacct") names the cpu controller. */
+static int has_cpu(const char *ctrl)
+{
+    for (const char *t = ctrl; *t;) {
+        size_t k = strcspn(t, ",");
+        if (k == 3 && !strncmp(t, "cpu", 3)) return 1;
+        t += k + (t[k] == ',');
+    }
+    return 0;
+}
+
+long ring__cgroup_cpu_limit(const char *proc_cgroup, const char *root)
+{
+    char line[1024], rel[768] = "", dir[CG_PATH];
+    int v1 = 0, found = 0;
+    long best = 0;
+    FILE *f = fopen(proc_cgroup, "re");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b) continue;
+        *b = '\0';
+        const char *ctrl = a + 1;
+        int cpu = has_cpu(ctrl);
+        if (cpu || (!*ctrl && !found)) { /* v1's cpu line, else v2's "0::" line */
+            snprintf(rel, sizeof rel, "%s", b + 1);
+            v1 = cpu;
+            found = 1;
+            if (cpu) break; /* a v1 cpu controller is where the limit is enforced */
+        }
+    }
+    fclose(f);
+    if (!found || rel[0] != '/') return 0;
+    /* The group and each ancestor up to the root: any of them may hold the limit. */
+    for (;;) {
+        /* v1 mounts the controller as "cpu" or "cpu,cpuacct" (one often a link to the other). */
+        const char *mounts[] = {"/cpu", "/cpu,cpuacct"};
+        for (int i = 0; i < (v1 ? 2 : 1); i++) {
+            snprintf(dir, sizeof dir, "%s%s%s", root, v1 ? mounts[i] : "", strcmp(rel, "/") ? rel : "");
+            long l = cg_dir_limit(dir, v1);
+            if (l > 0) {
+                if (!best || l < best) best = l;
+                break;
+            }
+        }
+        if (!strcmp(rel, "/")) break;
+        char *slash = strrchr(rel, '/');
+        if (slash == rel) slash++; /* "/a" -> "/" */
+        *slash = '\0';
+    }
+    return best;
+}
+
 static void put_info(unsigned char *p, const ring__peer_info_t *info)
 {
     ring__put32(p, info->addr.len);

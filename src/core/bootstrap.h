@@ -72,6 +72,15 @@ void ring__host_identity(ring__peer_info_t *info);
  */
 int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long online);
 
+/*
+ * The CPU limit of this process's cgroup and its ancestors (a container's or a Kubernetes
+ * pod's "cpus"), rounded up to whole CPUs; 0 when there is none or it cannot be read. v2:
+ * cpu.max under root + the "0::" path; v1: cpu.cfs_quota_us / cpu.cfs_period_us under
+ * root/cpu (or root/cpu,cpuacct) + the "cpu" controller's path. `proc_cgroup` is
+ * /proc/self/cgroup and `root` /sys/fs/cgroup except in tests.
+ */
+long ring__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
+
 /* Wire sizes, exposed for tests. */
 #define RING__HELLO_LEN 288
 #define RING__TABLE_HDR_LEN 24

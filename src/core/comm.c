@@ -449,8 +449,12 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         if (comm->rdma_ctx && ring__rdma_soft_device(ring__rdma_dev_name(comm->rdma_ctx)))
             soft = ring__rdma_dev_name(comm->rdma_ctx);
 #endif
+        /* A container's CPU limit, not the host's CPU count, is what its ranks share. */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN), limit = 0;
+        if (comm->params.spin_yield < 0 && !soft) limit = ring__cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup");
+        if (limit > 0 && limit < cpus) cpus = limit;
         comm->spin_busy = comm->params.spin_yield >= 0 ? !comm->params.spin_yield
-                          : !soft && ring__spin_busy_pick(comm->peers, n, comm->rank, sysconf(_SC_NPROCESSORS_ONLN));
+                          : !soft && ring__spin_busy_pick(comm->peers, n, comm->rank, cpus);
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "waits poll for %d us %s before sleeping (RING_SPIN_YIELD=%s%s%s)",
                  comm->params.spin_us, comm->spin_busy ? "without yielding the CPU" : "yielding the CPU between tries",
                  comm->params.spin_yield < 0 ? "auto" : comm->params.spin_yield ? "1" : "0",
