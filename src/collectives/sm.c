@@ -264,7 +264,7 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
             rc = ring__wait_stop_error(comm, op, stop, "shared-memory all-reduce", who, doing);
             goto fail;
         }
-        if (idle < 2000000) ring__spin_once(comm);
+        if (idle < 2000000) ring__spin_once(comm, idle);
         else ring__nap_ns(idle < 100000000 ? 20000 : 1000000);
     }
 fail:

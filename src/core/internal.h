@@ -233,12 +233,15 @@ int64_t ring__now_ns(void);
  * compute: it always yields, as they may need its CPU. */
 extern _Thread_local int ring__on_progress_thread;
 
-/* One try of an active wait: a few pause instructions when this rank has a CPU to itself,
- * else sched_yield, which is a system call (0.2-0.5 us, longer than a shared-memory hand-off
- * takes) but lets the rank that will answer run on this CPU. */
-static inline void ring__spin_once(const ring_comm_t *comm)
+/* One try of an active wait that has been idle for idle_ns: a few pause instructions when
+ * this rank has a CPU to itself and the wait is within RING_SPIN_US, else sched_yield, which
+ * is a system call (0.2-0.5 us, longer than a shared-memory hand-off takes) but lets another
+ * thread of this process, or the rank that will answer, run on this CPU. Waits on a shared
+ * page go on trying longer than RING_SPIN_US (they have no descriptor to sleep on): past it
+ * they yield, so that a CPU the launcher gave this rank alone still serves its other threads. */
+static inline void ring__spin_once(const ring_comm_t *comm, int64_t idle_ns)
 {
-    if (comm->spin_busy && !ring__on_progress_thread) {
+    if (comm->spin_busy && !ring__on_progress_thread && idle_ns < (int64_t)comm->params.spin_us * 1000) {
         for (int i = 0; i < 8; i++) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();

@@ -242,7 +242,7 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
     /* A reply usually arrives within microseconds; sleeping costs a wake-up that is longer
      * than that, so poll actively for a short while first. */
     if (idle_ns < (int64_t)comm->params.spin_us * 1000) {
-        ring__spin_once(comm);
+        ring__spin_once(comm, idle_ns);
         return RING_OK;
     }
     struct pollfd fds[MAX_FDS];

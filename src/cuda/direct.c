@@ -349,7 +349,7 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
             goto fail;
         }
         if (now - last > 100000000LL) ring__nap_ns(1000000);
-        else ring__spin_once(comm);
+        else ring__spin_once(comm, now - last);
     }
 fail:
     return rc;
