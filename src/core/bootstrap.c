@@ -23,7 +23,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +30,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "topo.h"
 #include "log.h"
 #include "wire.h"
 
@@ -57,14 +57,12 @@ void ring__host_identity(ring__peer_info_t *info)
     uint32_t h = 2166136261u;
     for (const char *c = info->bootid; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
     info->kernel = info->bootid[0] ? h | 1u : 0;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int first = -1;
-        for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
-            if (CPU_ISSET(c, &set)) first = c;
-        info->cpu_first = (uint16_t)(first < 0 ? 0 : first);
-        info->cpu_count = (uint16_t)RING__MIN(CPU_COUNT(&set), 65535);
+    ring__cpumask_t set;
+    if (ring__cpumask_current(&set) == 0) {
+        int first = 0;
+        while (first < RING__TOPO_MAX_CPUS - 1 && !ring__cpumask_isset(&set, first)) first++;
+        info->cpu_first = (uint16_t)first;
+        info->cpu_count = (uint16_t)RING__MIN(ring__cpumask_count(&set), 65535);
     }
 }
 

@@ -261,6 +261,26 @@ static int live_remove(ring_comm_t *comm)
 /* Every ring edge joins two ranks of one host that both take shared memory. Computed from
  * the rank table alone, so every rank gets the same answer (algorithm thresholds depend on it
  * and must agree). */
+/* RING_SPIN_YIELD: whether waits poll without yielding the CPU (comm->spin_busy), logged. */
+static void pick_wait(ring_comm_t *comm)
+{
+    const char *soft = NULL; /* a verbs device that needs this host's CPUs to move anything */
+#if RING_HAVE_RDMA
+    if (comm->rdma_ctx && ring__rdma_soft_device(ring__rdma_dev_name(comm->rdma_ctx)))
+        soft = ring__rdma_dev_name(comm->rdma_ctx);
+#endif
+    /* A container's CPU limit, not the host's CPU count, is what its ranks share. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), limit = 0;
+    if (comm->params.spin_yield < 0 && !soft) limit = ring__cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup");
+    if (limit > 0 && limit < cpus) cpus = limit;
+    comm->spin_busy = comm->params.spin_yield >= 0 ? !comm->params.spin_yield
+                      : !soft && ring__spin_busy_pick(comm->peers, comm->nranks, comm->rank, cpus);
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "waits poll for %d us %s before sleeping (RING_SPIN_YIELD=%s%s%s)",
+             comm->params.spin_us, comm->spin_busy ? "without yielding the CPU" : "yielding the CPU between tries",
+             comm->params.spin_yield < 0 ? "auto" : comm->params.spin_yield ? "1" : "0",
+             soft && comm->params.spin_yield < 0 ? "; software verbs device " : "", soft && comm->params.spin_yield < 0 ? soft : "");
+}
+
 static int all_shm(const ring_comm_t *comm)
 {
     for (int p = 0; p < comm->nranks; p++) {
@@ -443,23 +463,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     comm->left = comm->order[ring__mod_int(comm->pos - 1, n)];
     comm->right = comm->order[ring__mod_int(comm->pos + 1, n)];
     comm->all_shm = all_shm(comm);
-    {
-        const char *soft = NULL; /* a verbs device that needs this host's CPUs to move anything */
-#if RING_HAVE_RDMA
-        if (comm->rdma_ctx && ring__rdma_soft_device(ring__rdma_dev_name(comm->rdma_ctx)))
-            soft = ring__rdma_dev_name(comm->rdma_ctx);
-#endif
-        /* A container's CPU limit, not the host's CPU count, is what its ranks share. */
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN), limit = 0;
-        if (comm->params.spin_yield < 0 && !soft) limit = ring__cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup");
-        if (limit > 0 && limit < cpus) cpus = limit;
-        comm->spin_busy = comm->params.spin_yield >= 0 ? !comm->params.spin_yield
-                          : !soft && ring__spin_busy_pick(comm->peers, n, comm->rank, cpus);
-        RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "waits poll for %d us %s before sleeping (RING_SPIN_YIELD=%s%s%s)",
-                 comm->params.spin_us, comm->spin_busy ? "without yielding the CPU" : "yielding the CPU between tries",
-                 comm->params.spin_yield < 0 ? "auto" : comm->params.spin_yield ? "1" : "0",
-                 soft && comm->params.spin_yield < 0 ? "; software verbs device " : "", soft && comm->params.spin_yield < 0 ? soft : "");
-    }
+    pick_wait(comm);
     ring__peer_desc(comm, comm->left, comm->peer_desc[0], sizeof comm->peer_desc[0]);
     ring__peer_desc(comm, comm->right, comm->peer_desc[1], sizeof comm->peer_desc[1]);
     RING_CHECK(ring__conn_establish(comm, &comm->right, 1, &comm->left, 1, deadline));
