@@ -60,6 +60,7 @@ typedef struct {
     int nranks;
     uint64_t seed;
     const char *const *env; /* extra "NAME=value" entries, NULL-terminated; may be NULL */
+    const char *const *env_odd; /* more, for odd ranks only, taking precedence over env */
     int deadline_s;
     int second_root; /* threads scenario: a second communicator needs its own root port */
     int kill_ok;     /* faults scenario: a rank that SIGKILLed itself (left kill.<r>) is fine */
@@ -217,13 +218,16 @@ static void run_job_once(const job_t *job, job_result_t *res)
     while (environ[nenv]) nenv++;
     size_t nextra = 0;
     while (job->env && job->env[nextra]) nextra++;
+    size_t nodd = 0;
+    while (job->env_odd && job->env_odd[nodd]) nodd++;
     char **envs[MAX_RANKS];
     size_t nalloc[MAX_RANKS]; /* leading entries of envs[r] that are ours to free */
     for (int r = 0; r < n; r++) {
-        char **e = calloc(nenv + nextra + 24, sizeof *e);
+        char **e = calloc(nenv + nextra + nodd + 24, sizeof *e);
         cr_assert(e, "out of memory");
         size_t k = 0;
         /* Per-test settings first: getenv returns the first match. */
+        for (size_t i = 0; r % 2 && i < nodd; i++) e[k++] = xasprintf("%s", job->env_odd[i]);
         for (size_t i = 0; i < nextra; i++) e[k++] = xasprintf("%s", job->env[i]);
         e[k++] = xasprintf("RING_RANK=%d", r);
         e[k++] = xasprintf("RING_NRANKS=%d", n);
@@ -687,13 +691,15 @@ Test(collectives, errors_n2, .timeout = 180) { run_simple("errors", 2, 0xe202, N
 /* ---- shared memory: set-up failures, leftovers ---- */
 
 /* Every rank's init must fail, and its message must contain `want`. */
-static void run_initfail(int n, const char *const *env, const char *want)
+/* Every rank of the job must fail ring_comm_init with an error that says want. */
+static void run_initfail_job(job_t *job, const char *want)
 {
-    job_t job = {.scenario = "initfail", .nranks = n, .seed = seed_for(0x1f), .env = env, .deadline_s = 60};
+    job->scenario = "initfail";
+    job->deadline_s = 60;
     job_result_t res;
     long checked[MAX_RANKS];
-    run_job(&job, &res, checked);
-    for (int r = 0; r < n; r++) {
+    run_job(job, &res, checked);
+    for (int r = 0; r < job->nranks; r++) {
         char name[32], buf[1300] = "";
         snprintf(name, sizeof name, "err.%d", r);
         int have = read_outfile(res.outdir, name, buf, sizeof buf);
@@ -702,6 +708,32 @@ static void run_initfail(int n, const char *const *env, const char *want)
         cr_assert(strstr(buf, want), "rank %d's error does not say \"%s\": %s", r, want, buf);
     }
     remove_outdir(res.outdir);
+}
+
+static void run_initfail(int n, const char *const *env, const char *want)
+{
+    job_t job = {.nranks = n, .seed = seed_for(0x1f), .env = env};
+    run_initfail_job(&job, want);
+}
+
+/* TCP with one socket bundle per direction (RING_TCP_DUPLEX=0), as pairs that shared memory
+ * or verbs may take over still have: the default gives every other TCP pair one bundle for
+ * both directions, which the other runs of this file use. */
+Test(collectives, matrix_n4_tcp_one_way, .timeout = MATRIX_DEADLINE + 60)
+{
+    static const char *const env[] = {"RING_TRANSPORT=tcp", "RING_TCP_DUPLEX=0", NULL};
+    run_simple("matrix", 4, 0x4c04, env, MATRIX_DEADLINE);
+}
+
+/* Ranks that disagree on RING_TCP_DUPLEX would wait for each other's sockets: the rank that
+ * receives a handshake of the other kind fails init naming the setting, and the rank that
+ * sent it hears so (its refusal word) and fails naming it too. */
+Test(collectives, tcp_duplex_differs_fails_on_both_ranks, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TRANSPORT=tcp", NULL};
+    static const char *const odd[] = {"RING_TCP_DUPLEX=0", NULL};
+    job_t job = {.nranks = 2, .seed = seed_for(0xd402), .env = env, .env_odd = odd};
+    run_initfail_job(&job, "RING_TCP_DUPLEX differs");
 }
 
 /* Without a usable segment directory, auto keeps TCP (and says so at WARN); shm refuses. */

@@ -139,6 +139,11 @@ bed_up() {
     br=$(bed_ns_bridge)
     ip netns add "$br" || { bed_err "ip netns add $br failed"; return 1; }
     bed_ns_quiet "$br"
+    # A switch, not a firewall: where br_netfilter is loaded (Docker and others load it), every
+    # bridged frame would also go through the namespace's iptables hooks, a per-packet cost no
+    # real link has. The sysctls are per namespace (Linux >= 5.3); absent without the module.
+    ip netns exec "$br" sysctl -q -w net.bridge.bridge-nf-call-iptables=0 net.bridge.bridge-nf-call-ip6tables=0 \
+        net.bridge.bridge-nf-call-arptables=0 >/dev/null 2>&1 || true
     if ! { ip -n "$br" link set lo up &&
         ip -n "$br" link add br0 mtu "$mtu" type bridge stp_state 0 &&
         ip -n "$br" link set br0 up; }; then

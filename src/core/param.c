@@ -192,6 +192,9 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     v = RING__DEFAULT_NSOCKS;
     RING_CHECK(env_int("RING_NSOCKS", 1, RING__MAX_NSOCKS, &v));
     p->nsocks = (int)v;
+    v = 1;
+    RING_CHECK(env_int("RING_TCP_DUPLEX", 0, 1, &v));
+    p->tcp_duplex = (int)v;
     v = RING__DEFAULT_PIPELINE_DEPTH;
     RING_CHECK(env_int("RING_PIPELINE_DEPTH", 1, RING__MAX_PIPELINE_DEPTH, &v));
     p->pipeline_depth = (int)v;

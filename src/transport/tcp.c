@@ -3,9 +3,17 @@
  *
  * A connection to one peer is a bundle of `nsocks` non-blocking sockets (RING_NSOCKS), one
  * direction only. Each socket opens with a 40-byte handshake from the connecting side:
- *   magic "RGDH" | version | nsocks | 128-bit job secret | sender rank | socket index | job nonce
+ *   magic "RGDH" | version | nsocks | duplex | 128-bit job secret | sender rank | socket index | job nonce
  * and the accepting side closes anything that does not match (strangers, port scanners,
  * connections of another job) without disturbing the job.
+ *
+ * Duplex pairs (RING_TCP_DUPLEX, the default, for every pair that stays TCP: no shared-memory or
+ * verbs upgrade can take its sockets): the send connection to a peer and the receive
+ * connection from it are two views of one bundle, made by the lower rank of the pair whichever
+ * of the two is asked for first. A small message on a one-way socket costs the receiver a
+ * segment of its own, an ACK that Linux sends at once when a read empties the socket; where the
+ * same sockets carry the answer, as between recursive-doubling partners, the ACK rides on it.
+ * On the 1 Gbit/s namespace bed those ACKs were 29% of all CPU time at N = 4 (perf, 4 B).
  *
  * On the wire, message m is a 16-byte header  magic "RGMS" | m mod 2^32 | length (u64)
  on socket s = (m mod nsocks), followed by the payload cut into at most nsocks pieces of at
@@ -25,28 +33,47 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "log.h"
 #include "wire.h"
 #include "net.h"
 #include "param.h"
+#include "topo.h"
 #include "transport.h"
 
 #define HS_MAGIC 0x52474448u  /* "RGDH" */
 #define MSG_MAGIC 0x52474d53u /* "RGMS" */
 #define TCP_VERSION 1u
 #define HS_LEN 40
+#define HS_DUPLEX_SHIFT 24 /* bit of the version word: the sender made this socket for a duplex bundle */
+#define ACK_MAGIC 0x52474441u  /* "RGDA": a duplex socket taken by the higher rank */
+#define NAK_MAGIC 0x5247444eu  /* "RGDN": refused, RING_TCP_DUPLEX differs */
+#define ACK_LEN 4
 #define HDR_LEN 16
 #define MIN_PIECE ((size_t)64 * 1024)
 #define MAX_PENDING 64
 #define HS_TIMEOUT_NS (10LL * 1000000000LL)
 #define MAX_IOV 16
 
+typedef struct tcp_listen tcp_listen;
+typedef struct bundle bundle;
+
 typedef struct tcp_ctx {
     ring_comm_t *comm;
     int nsocks;
     size_t sockbuf;
     struct pconn *connecting; /* connections being established, by peer */
+    tcp_listen *l;            /* this rank's listener: a duplex pair's higher rank takes its sockets there */
+    bundle **bundles;         /* duplex bundles, by peer; NULL until made */
 } tcp_ctx;
+
+/* A duplex bundle: the sockets of both directions with one peer, closed with its last view. */
+struct bundle {
+    tcp_ctx *ctx;
+    int peer;
+    int refs;
+    int fds[RING__MAX_NSOCKS];
+};
 
 typedef struct tcp_req tcp_req;
 
@@ -67,6 +94,7 @@ typedef struct sockq {
 typedef struct tcp_conn {
     ring__conn_t base; /* first: the transport table */
     tcp_ctx *ctx;
+    bundle *bundle; /* duplex: the bundle this view shares with the other direction; else NULL */
     int is_send;
     int peer;
     int nsocks;
@@ -90,8 +118,14 @@ typedef struct pconn {
     int peer;
     ring__sockaddr_t addr;
     int fds[RING__MAX_NSOCKS];
-    int state[RING__MAX_NSOCKS]; /* 0 connecting, 1 sending handshake, 2 done */
+    int duplex;
+    /* 0 connecting, 1 sending handshake, 2 waiting for the accept word (duplex), 3 done */
+    int state[RING__MAX_NSOCKS];
     size_t hs_sent[RING__MAX_NSOCKS];
+    unsigned char ack[RING__MAX_NSOCKS][ACK_LEN];
+    size_t ack_got[RING__MAX_NSOCKS];
+    int64_t lost_at; /* a duplex socket closed before its accept word came (0: none did) */
+
     unsigned char hs[RING__MAX_NSOCKS][HS_LEN];
     int64_t retry_at[RING__MAX_NSOCKS];
     struct pconn *next;
@@ -105,7 +139,7 @@ typedef struct pending {
     ring__sockaddr_t from;
 } pending;
 
-typedef struct tcp_listen {
+struct tcp_listen {
     tcp_ctx *ctx;
     int fd;
     ring__sockaddr_t addr;
@@ -116,7 +150,7 @@ typedef struct tcp_listen {
     int (*fds)[RING__MAX_NSOCKS];
     int *have;
     int nranks;
-} tcp_listen;
+};
 
 static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
 {
@@ -125,8 +159,29 @@ static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
     ctx->comm = comm;
     ctx->nsocks = comm->params.nsocks;
     ctx->sockbuf = comm->params.sockbuf_bytes;
+    ctx->bundles = calloc((size_t)comm->nranks, sizeof *ctx->bundles);
+    if (!ctx->bundles) {
+        free(ctx);
+        return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    }
     *ctxp = ctx;
     return RING_OK;
+}
+
+/*
+ * Whether the pair (this rank, peer) shares its sockets between both directions. Computed
+ * from the rank table alone (both ranks' flags, the same host test), so both ranks of a pair
+ * get the same answer; RING_TCP_DUPLEX differing between them is caught at the handshake.
+ * A pair that shared memory or verbs may take over is never duplex: their upgrades run their
+ * own exchange on the first socket of each direction and then keep it as a doorbell.
+ */
+static int pair_duplex(const tcp_ctx *ctx, int peer)
+{
+    const ring_comm_t *comm = ctx->comm;
+    if (!comm->params.tcp_duplex || !comm->peers) return 0;
+    const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[peer];
+    if (a->flags & b->flags & RING__PEER_RDMA) return 0;
+    return !((a->flags & b->flags & RING__PEER_SHM) && ring__topo_same_host(a, b));
 }
 
 static void pconn_free(pconn *pc)
@@ -145,6 +200,20 @@ static void tcp_fini(void *vctx)
         pconn_free(ctx->connecting);
         ctx->connecting = n;
     }
+    /* Views close before fini (release_network) and each bundle goes with its last one; what
+     * is left here never got a view (its view could not be allocated). */
+    for (int r = 0; r < ctx->comm->nranks; r++) {
+        bundle *lk = ctx->bundles[r];
+        if (!lk) continue;
+        if (lk->refs) {
+            lk->ctx = NULL;
+            continue;
+        }
+        for (int i = 0; i < RING__MAX_NSOCKS; i++)
+            if (lk->fds[i] >= 0) close(lk->fds[i]);
+        free(lk);
+    }
+    free(ctx->bundles);
     free(ctx);
 }
 
@@ -178,6 +247,7 @@ static ring_result_t tcp_listen_open(void *vctx, ring__tp_addr_t *addr, void **l
     }
     addr->len = l->addr.len;
     memcpy(addr->data, &l->addr.ss, l->addr.len);
+    ctx->l = l;
     *lp = l;
     return RING_OK;
 }
@@ -186,6 +256,7 @@ static void tcp_close_listen(void *vl)
 {
     tcp_listen *l = vl;
     if (!l) return;
+    if (l->ctx->l == l) l->ctx->l = NULL;
     if (l->fd >= 0) close(l->fd);
     for (int i = 0; i < l->npend; i++) close(l->pend[i].fd);
     for (int r = 0; r < l->nranks; r++)
@@ -222,17 +293,21 @@ static tcp_conn *conn_new(tcp_ctx *ctx, int is_send, int peer, const ring__socka
     return c;
 }
 
-static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int peer, void **sp)
+/*
+ * Drive the sockets this rank opens to peer (the send direction, or a duplex bundle); *fds
+ * gets them, handshakes sent, once all are connected (*done = 1), else *done = 0.
+ */
+static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int peer, int duplex, int *fds, int *done)
 {
-    tcp_ctx *ctx = vctx;
     ring_comm_t *comm = ctx->comm;
-    *sp = NULL;
+    *done = 0;
     pconn *pc = ctx->connecting;
     while (pc && pc->peer != peer) pc = pc->next;
     if (!pc) {
         pc = calloc(1, sizeof *pc);
         if (!pc) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
         pc->peer = peer;
+        pc->duplex = duplex;
         for (int i = 0; i < RING__MAX_NSOCKS; i++) pc->fds[i] = -1;
         if (addr_from_blob(addr, &pc->addr) != 0) {
             free(pc);
@@ -241,7 +316,7 @@ static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int pe
         for (int i = 0; i < ctx->nsocks; i++) {
             unsigned char *h = pc->hs[i];
             ring__put32(h, HS_MAGIC);
-            ring__put32(h + 4, TCP_VERSION | (uint32_t)ctx->nsocks << 16);
+            ring__put32(h + 4, TCP_VERSION | (uint32_t)ctx->nsocks << 16 | (uint32_t)duplex << HS_DUPLEX_SHIFT);
             memcpy(h + 8, comm->params.secret, 16);
             ring__put32(h + 24, (uint32_t)comm->rank);
             ring__put32(h + 28, (uint32_t)i);
@@ -252,7 +327,7 @@ static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int pe
     }
     char b[80];
     int64_t now = ring__now_ns();
-    int done = 0;
+    int ready = 0;
     for (int i = 0; i < ctx->nsocks; i++) {
         if (pc->state[i] == 0) {
             if (pc->fds[i] < 0) {
@@ -285,25 +360,145 @@ static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int pe
                 return ring__seterr_errno(comm, RING_ERR_CONNECT, errno, "handshake with rank %d at %s", peer,
                                           ring__addr_str(&pc->addr, b, sizeof b));
             if (n > 0) pc->hs_sent[i] += (size_t)n;
-            if (pc->hs_sent[i] == HS_LEN) pc->state[i] = 2;
+            if (pc->hs_sent[i] == HS_LEN) pc->state[i] = pc->duplex ? 2 : 3;
         }
-        if (pc->state[i] == 2) done++;
+        if (pc->state[i] == 2) {
+            /* Duplex: done only once the peer took the socket, so that a peer that refuses it
+             * (RING_TCP_DUPLEX differs) can say why, and this rank never finishes init with a
+             * connection nobody will read. */
+            ssize_t n = recv(pc->fds[i], pc->ack[i] + pc->ack_got[i], ACK_LEN - pc->ack_got[i], MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                /* A peer that refuses writes its word on the one socket it read and then
+                 * closes them all: give that word a moment to show on the others. */
+                if (!pc->lost_at) pc->lost_at = now;
+                continue;
+            }
+            if (n > 0) pc->ack_got[i] += (size_t)n;
+            if (pc->ack_got[i] == ACK_LEN) {
+                uint32_t w = ring__get32(pc->ack[i]);
+                if (w == NAK_MAGIC)
+                    return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                                        "tcp: rank %d refused this rank's connection: RING_TCP_DUPLEX differs between "
+                                        "the two ranks (it must be equal on all ranks)",
+                                        peer);
+                if (w != ACK_MAGIC)
+                    return ring__seterr(comm, RING_ERR_PROTOCOL, "tcp: garbage from rank %d at %s instead of its accept word",
+                                        peer, ring__addr_str(&pc->addr, b, sizeof b));
+                pc->state[i] = 3;
+            }
+        }
+        if (pc->state[i] == 3) ready++;
     }
-    if (done < ctx->nsocks) return RING_OK;
-
-    tcp_conn *c = conn_new(ctx, 1, peer, &pc->addr);
-    if (!c) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    /* No failure notices travel before init ends (watch.c), so say what is known. */
+    if (pc->lost_at && now - pc->lost_at > 200 * 1000000LL)
+        return ring__seterr(comm, RING_ERR_CONNECT,
+                            "tcp: rank %d at %s closed this rank's connection before taking it (it failed or exited: "
+                            "its own error says why)",
+                            peer, ring__addr_str(&pc->addr, b, sizeof b));
+    if (ready < ctx->nsocks) return RING_OK;
     for (int i = 0; i < ctx->nsocks; i++) {
-        c->q[i].fd = pc->fds[i];
+        fds[i] = pc->fds[i];
         pc->fds[i] = -1;
     }
     pconn **pp = &ctx->connecting;
     while (*pp != pc) pp = &(*pp)->next;
     *pp = pc->next;
     pconn_free(pc);
-    RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: connected to %s with %d socket(s)", c->desc, c->nsocks);
-    *sp = c;
+    *done = 1;
     return RING_OK;
+}
+
+static ring_result_t listen_pump(tcp_listen *l);
+
+/* A view (one direction) of fds with peer; duplex views share lk. */
+static tcp_conn *view_new(tcp_ctx *ctx, int is_send, int peer, const int *fds, bundle *lk)
+{
+    ring__sockaddr_t pa;
+    pa.len = sizeof pa.ss;
+    int have_addr = getpeername(fds[0], (struct sockaddr *)&pa.ss, &pa.len) == 0;
+    tcp_conn *c = conn_new(ctx, is_send, peer, have_addr ? &pa : NULL);
+    if (!c) return NULL;
+    for (int i = 0; i < ctx->nsocks; i++) c->q[i].fd = fds[i];
+    c->bundle = lk;
+    if (lk) lk->refs++;
+    RING_LOG(RING_LOG_INFO, RING_SUB_NET, ctx->comm->rank, "tcp: %s %s over %d socket(s)%s",
+             is_send ? "sending to" : "receiving from", c->desc, c->nsocks,
+             !lk ? "" : lk->refs == 2 ? " (duplex: the sockets of the other direction)" : " (duplex)");
+    return c;
+}
+
+/* The duplex bundle with peer, once made: the lower rank connects, the higher one takes the
+ * sockets from its listener. *out stays NULL while it is pending. */
+static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
+{
+    ring_comm_t *comm = ctx->comm;
+    ring_result_t rc = RING_OK;
+    int fds[RING__MAX_NSOCKS], done = 0;
+    *out = ctx->bundles[peer];
+    if (*out) return RING_OK;
+    if (comm->rank < peer) {
+        RING_CHECK(pconn_step(ctx, &comm->peers[peer].addr, peer, 1, fds, &done));
+    } else {
+        tcp_listen *l = ctx->l;
+        if (!l) return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: no listener for rank %d's duplex connection", peer);
+        RING_CHECK(listen_pump(l));
+        if (l->have[peer] == ctx->nsocks) {
+            unsigned char ack[ACK_LEN];
+            ring__put32(ack, ACK_MAGIC);
+            for (int i = 0; i < ctx->nsocks; i++) {
+                fds[i] = l->fds[peer][i];
+                l->fds[peer][i] = -1;
+                ring__sock_tune(fds[i], ctx->sockbuf);
+            }
+            l->have[peer] = 0;
+            done = 1;
+            /* 4 bytes into a new socket's empty send buffer: all or an error. */
+            for (int i = 0; i < ctx->nsocks && rc == RING_OK; i++)
+                if (send(fds[i], ack, ACK_LEN, MSG_NOSIGNAL | MSG_DONTWAIT) != ACK_LEN)
+                    rc = ring__seterr_errno(comm, RING_ERR_CONNECT, errno, "tcp: accepting rank %d's duplex socket", peer);
+            if (rc != RING_OK) {
+                for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+                return rc;
+            }
+        }
+    }
+    if (!done) return RING_OK;
+    bundle *lk = calloc(1, sizeof *lk);
+    if (!lk) {
+        for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+        return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    }
+    lk->ctx = ctx;
+    lk->peer = peer;
+    for (int i = 0; i < RING__MAX_NSOCKS; i++) lk->fds[i] = i < ctx->nsocks ? fds[i] : -1;
+    ctx->bundles[peer] = *out = lk;
+fail:
+    return rc;
+}
+
+static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int peer, void **sp)
+{
+    tcp_ctx *ctx = vctx;
+    ring_result_t rc = RING_OK;
+    int fds[RING__MAX_NSOCKS], done = 0;
+    bundle *lk = NULL;
+    *sp = NULL;
+    if (pair_duplex(ctx, peer)) {
+        RING_CHECK(duplex_bundle(ctx, peer, &lk));
+        if (!lk) return RING_OK;
+        memcpy(fds, lk->fds, sizeof fds);
+    } else {
+        RING_CHECK(pconn_step(ctx, addr, peer, 0, fds, &done));
+        if (!done) return RING_OK;
+    }
+    *sp = view_new(ctx, 1, peer, fds, lk);
+    if (!*sp) {
+        if (!lk)
+            for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+        rc = ring__seterr(ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
+    }
+fail:
+    return rc;
 }
 
 const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16], uint64_t nonce, int nsocks,
@@ -316,7 +511,7 @@ const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16],
     if ((ver & 0xffff) != TCP_VERSION) return "protocol version differs";
     if (!ring__secret_equal(h + 8, secret, 16)) return "wrong job secret";
     if (ring__get64(h + 32) != nonce) return "belongs to another job instance";
-    if ((ver >> 16) != (uint32_t)nsocks) return "RING_NSOCKS differs between ranks";
+    if (((ver >> 16) & 0xff) != (uint32_t)nsocks) return "RING_NSOCKS differs between ranks";
     if (*rank >= (uint32_t)nranks || *rank == (uint32_t)myrank) return "sender rank out of range";
     if (*idx >= (uint32_t)nsocks) return "bad socket index";
     return NULL;
@@ -341,14 +536,12 @@ static void drop_pending(tcp_listen *l, int i, const char *why)
     l->pend[i] = l->pend[--l->npend];
 }
 
-static ring_result_t tcp_accept(void *vl, int peer, void **rp)
+/* Accept what is waiting on the listener and read handshakes: authenticated sockets wait in
+ * l->fds by sender rank and socket index until asked for. */
+static ring_result_t listen_pump(tcp_listen *l)
 {
-    tcp_listen *l = vl;
     tcp_ctx *ctx = l->ctx;
     ring_comm_t *comm = ctx->comm;
-    *rp = NULL;
-    if (peer < 0 || peer >= l->nranks || peer == comm->rank)
-        return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: accept from invalid rank %d", peer);
     int64_t now = ring__now_ns();
     for (;;) {
         ring__sockaddr_t from;
@@ -391,26 +584,60 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
             drop_pending(l, i, why);
             continue;
         }
+        /* Authenticated, so a member of this job: a disagreement on duplex is a configuration
+         * error of the job, said now instead of two ranks waiting for each other's socket. */
+        int duplex = (int)(ring__get32(p->buf + 4) >> HS_DUPLEX_SHIFT & 1);
+        if (duplex != pair_duplex(ctx, (int)rank)) {
+            /* A duplex sender waits for a word back: tell it why (best effort). */
+            unsigned char nak[ACK_LEN];
+            ring__put32(nak, NAK_MAGIC);
+            (void)send(p->fd, nak, ACK_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
+            return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                                "tcp: rank %u connects %s, this rank expected %s: RING_TCP_DUPLEX differs between "
+                                "the two ranks (it must be equal on all ranks)",
+                                rank, duplex ? "one socket bundle for both directions" : "one bundle per direction",
+                                duplex ? "one per direction" : "one for both");
+        }
         l->fds[rank][idx] = p->fd;
         l->have[rank]++;
         l->pend[i] = l->pend[--l->npend];
     }
-    if (l->have[peer] < ctx->nsocks) return RING_OK;
-
-    ring__sockaddr_t pa;
-    pa.len = sizeof pa.ss;
-    getpeername(l->fds[peer][0], (struct sockaddr *)&pa.ss, &pa.len);
-    tcp_conn *c = conn_new(ctx, 0, peer, &pa);
-    if (!c) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
-    for (int i = 0; i < ctx->nsocks; i++) {
-        c->q[i].fd = l->fds[peer][i];
-        l->fds[peer][i] = -1;
-        ring__sock_tune(c->q[i].fd, ctx->sockbuf);
-    }
-    l->have[peer] = 0;
-    RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: accepted %s with %d socket(s)", c->desc, c->nsocks);
-    *rp = c;
     return RING_OK;
+}
+
+static ring_result_t tcp_accept(void *vl, int peer, void **rp)
+{
+    tcp_listen *l = vl;
+    tcp_ctx *ctx = l->ctx;
+    ring_comm_t *comm = ctx->comm;
+    ring_result_t rc = RING_OK;
+    int fds[RING__MAX_NSOCKS];
+    bundle *lk = NULL;
+    *rp = NULL;
+    if (peer < 0 || peer >= l->nranks || peer == comm->rank)
+        return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: accept from invalid rank %d", peer);
+    if (pair_duplex(ctx, peer)) {
+        RING_CHECK(duplex_bundle(ctx, peer, &lk));
+        if (!lk) return RING_OK;
+        memcpy(fds, lk->fds, sizeof fds);
+    } else {
+        RING_CHECK(listen_pump(l));
+        if (l->have[peer] < ctx->nsocks) return RING_OK;
+        for (int i = 0; i < ctx->nsocks; i++) {
+            fds[i] = l->fds[peer][i];
+            l->fds[peer][i] = -1;
+            ring__sock_tune(fds[i], ctx->sockbuf);
+        }
+        l->have[peer] = 0;
+    }
+    *rp = view_new(ctx, 0, peer, fds, lk);
+    if (!*rp) {
+        if (!lk)
+            for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+        rc = ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
+    }
+fail:
+    return rc;
 }
 
 static int tcp_listen_pollfds(void *vl, struct pollfd *fds, int max)
@@ -421,7 +648,8 @@ static int tcp_listen_pollfds(void *vl, struct pollfd *fds, int max)
     for (int i = 0; i < l->npend && n < max; i++) fds[n++] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
     for (pconn *pc = l->ctx->connecting; pc; pc = pc->next)
         for (int i = 0; i < l->ctx->nsocks && n < max; i++)
-            if (pc->fds[i] >= 0 && pc->state[i] < 2) fds[n++] = (struct pollfd){.fd = pc->fds[i], .events = POLLOUT};
+            if (pc->fds[i] >= 0 && pc->state[i] < 3)
+                fds[n++] = (struct pollfd){.fd = pc->fds[i], .events = pc->state[i] == 2 ? POLLIN : POLLOUT};
     return n;
 }
 
@@ -637,7 +865,7 @@ static ring_result_t tcp_check(void *vc)
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
-        if (n > 0 && c->is_send)
+        if (n > 0 && c->is_send && !c->bundle)
             return conn_fail(c, RING_ERR_PROTOCOL, 0, "unexpected data on a send-only connection from");
     }
     return RING_OK;
@@ -648,8 +876,15 @@ static void tcp_close(void *vc)
     tcp_conn *c = vc;
     if (!c) return;
     for (int i = 0; i < RING__MAX_NSOCKS; i++) {
-        if (c->q[i].fd >= 0) close(c->q[i].fd);
+        if (c->q[i].fd >= 0 && !c->bundle) close(c->q[i].fd);
         free(c->q[i].ops);
+    }
+    if (c->bundle && --c->bundle->refs == 0) {
+        bundle *lk = c->bundle;
+        for (int i = 0; i < RING__MAX_NSOCKS; i++)
+            if (lk->fds[i] >= 0) close(lk->fds[i]);
+        if (lk->ctx) lk->ctx->bundles[lk->peer] = NULL;
+        free(lk);
     }
     while (c->all_reqs) {
         tcp_req *n = c->all_reqs->next_all;
@@ -668,6 +903,9 @@ int ring__tcp_conn_fd(void *vc)
 int ring__tcp_take_fd(void *vc)
 {
     tcp_conn *c = vc;
+    /* Never a duplex view (pair_duplex leaves out every pair an upgrade could take): its
+     * socket also carries the other direction. */
+    if (c->bundle) return -1;
     int fd = c->q[0].fd;
     c->q[0].fd = -1;
     return fd;
