@@ -101,6 +101,9 @@ static void clear_env(void)
         names[n++][len] = '\0';
     }
     for (int i = 0; i < n; i++) unsetenv(names[i]);
+    /* The reliability-tcp run: every pair on TCP (one-host pairs would take shared memory). */
+    const char *tp = getenv("RING_TEST_TRANSPORT");
+    if (tp && *tp) setenv("RING_TRANSPORT", tp, 1);
 }
 
 static int count_fds(void)

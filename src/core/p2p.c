@@ -138,7 +138,14 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
         int missing = 0;
         for (int i = 0; i < nto + nfrom; i++) {
             int is_send = i < nto, p = is_send ? to[i] : from[i - nto];
-            if (p == comm->rank || done[i]) continue;
+            if (p == comm->rank) continue;
+            if (done[i]) {
+                /* A made TCP connection may already carry the peer's refusal, or its close:
+                 * no failure notice travels before init ends (watch.c), so look. */
+                void *c = is_send ? comm->conn_send[p] : comm->conn_recv[p];
+                if (ring__tp_of(c) == &ring__tcp_transport) RING_CHECK(ring__tcp_transport.check(c));
+                continue;
+            }
             int ready;
             RING_CHECK(step_conn(comm, p, is_send, &ready));
             done[i] = (uint8_t)ready;

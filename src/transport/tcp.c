@@ -293,6 +293,14 @@ static tcp_conn *conn_new(tcp_ctx *ctx, int is_send, int peer, const ring__socka
     return c;
 }
 
+static ring_result_t nak_error(ring_comm_t *comm, int peer)
+{
+    return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                        "tcp: rank %d refused this rank's connection: RING_TCP_DUPLEX differs between the two ranks "
+                        "(it must be equal on all ranks)",
+                        peer);
+}
+
 /*
  * Drive the sockets this rank opens to peer (the send direction, or a duplex bundle); *fds
  * gets them, handshakes sent, once all are connected (*done = 1), else *done = 0.
@@ -376,11 +384,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
             if (n > 0) pc->ack_got[i] += (size_t)n;
             if (pc->ack_got[i] == ACK_LEN) {
                 uint32_t w = ring__get32(pc->ack[i]);
-                if (w == NAK_MAGIC)
-                    return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                                        "tcp: rank %d refused this rank's connection: RING_TCP_DUPLEX differs between "
-                                        "the two ranks (it must be equal on all ranks)",
-                                        peer);
+                if (w == NAK_MAGIC) return nak_error(comm, peer);
                 if (w != ACK_MAGIC)
                     return ring__seterr(comm, RING_ERR_PROTOCOL, "tcp: garbage from rank %d at %s instead of its accept word",
                                         peer, ring__addr_str(&pc->addr, b, sizeof b));
@@ -434,14 +438,16 @@ static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
     ring_comm_t *comm = ctx->comm;
     ring_result_t rc = RING_OK;
     int fds[RING__MAX_NSOCKS], done = 0;
+    tcp_listen *l = ctx->l;
+    if (!l) return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: no listener for rank %d's duplex connection", peer);
+    /* Every time, on either rank of the pair: strangers' and stale sockets are closed whenever
+     * this rank adds a connection, even one whose bundle exists or that it makes itself. */
+    RING_CHECK(listen_pump(l));
     *out = ctx->bundles[peer];
     if (*out) return RING_OK;
     if (comm->rank < peer) {
         RING_CHECK(pconn_step(ctx, &comm->peers[peer].addr, peer, 1, fds, &done));
     } else {
-        tcp_listen *l = ctx->l;
-        if (!l) return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: no listener for rank %d's duplex connection", peer);
-        RING_CHECK(listen_pump(l));
         if (l->have[peer] == ctx->nsocks) {
             unsigned char ack[ACK_LEN];
             ring__put32(ack, ACK_MAGIC);
@@ -512,6 +518,9 @@ const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16],
     if (!ring__secret_equal(h + 8, secret, 16)) return "wrong job secret";
     if (ring__get64(h + 32) != nonce) return "belongs to another job instance";
     if (((ver >> 16) & 0xff) != (uint32_t)nsocks) return "RING_NSOCKS differs between ranks";
+    /* Bit HS_DUPLEX_SHIFT is the sender's duplex flag, which the caller compares with what it
+     * expects of that rank; the bits above it are not used by any build. */
+    if (ver >> (HS_DUPLEX_SHIFT + 1)) return "unknown handshake flags (a newer build?)";
     if (*rank >= (uint32_t)nranks || *rank == (uint32_t)myrank) return "sender rank out of range";
     if (*idx >= (uint32_t)nsocks) return "bad socket index";
     return NULL;
@@ -853,8 +862,8 @@ static ring_result_t tcp_check(void *vc)
         socklen_t l = sizeof err;
         if (getsockopt(c->q[i].fd, SOL_SOCKET, SO_ERROR, &err, &l) == 0 && err)
             return conn_fail(c, RING_ERR_PEER, err, "connection failed with");
-        char b;
-        ssize_t n = recv(c->q[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        unsigned char w[ACK_LEN];
+        ssize_t n = recv(c->q[i].fd, w, sizeof w, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0) {
             /* A neighbour that finished its part and destroyed its communicator closes
              * cleanly, one socket at a time, while its last bytes may still be queued on the
@@ -865,8 +874,11 @@ static ring_result_t tcp_check(void *vc)
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
-        if (n > 0 && c->is_send && !c->bundle)
+        if (n > 0 && c->is_send && !c->bundle) {
+            /* A duplex peer that refused this one-way socket said why on it (listen_pump). */
+            if (n == ACK_LEN && ring__get32(w) == NAK_MAGIC) return c->failed = nak_error(c->ctx->comm, c->peer);
             return conn_fail(c, RING_ERR_PROTOCOL, 0, "unexpected data on a send-only connection from");
+        }
     }
     return RING_OK;
 }

@@ -141,7 +141,9 @@ int ring__shm_sweep(const char *dir);
 /*
  * The TCP transport's wire checks, pure functions so that tests and fuzzers can drive them.
  * hs_check: a 40-byte connection handshake; NULL if it may be accepted (then *rank and *idx
- * are the sender's rank and socket index, both in range), else the reason to drop it.
+ * are the sender's rank and socket index, both in range), else the reason to drop it. The
+ * sender's duplex flag (bit 24 of the version word) is the caller's to compare with what it
+ * expects of that rank.
  * hdr_check: a 16-byte message header against the expected sequence number and length;
  * 0 good, 1 bad magic, 2 wrong sequence, 3 wrong length.
  */

@@ -282,6 +282,12 @@ static void gen_tcp_wire(void)
     ring__put32(s.hs + 4, TCP_VERSION | 4u << 16);
     wire_seed_put("nsocks_differ", &s, 0, 1);
     s = v;
+    ring__put32(s.hs + 4, TCP_VERSION | (uint32_t)s.nsocks << 16 | 1u << 24);
+    wire_seed_put("duplex_flag", &s, 1, 1);
+    s = v;
+    ring__put32(s.hs + 4, TCP_VERSION | (uint32_t)s.nsocks << 16 | 1u << 25);
+    wire_seed_put("unknown_flag", &s, 0, 1);
+    s = v;
     s.hs[20] ^= 0x80;
     wire_seed_put("wrong_secret", &s, 0, 1);
     s.flags = 1;
