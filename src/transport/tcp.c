@@ -417,21 +417,41 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
 
 static ring_result_t listen_pump(tcp_listen *l);
 
-/* A view (one direction) of fds with peer; duplex views share lk. */
-static tcp_conn *view_new(tcp_ctx *ctx, int is_send, int peer, const int *fds, bundle *lk)
+/* Move peer's authenticated sockets from the listener into fds once all have come: 1 if so. */
+static int take_from_listener(tcp_listen *l, int peer, int *fds)
+{
+    tcp_ctx *ctx = l->ctx;
+    if (l->have[peer] < ctx->nsocks) return 0;
+    for (int i = 0; i < ctx->nsocks; i++) {
+        fds[i] = l->fds[peer][i];
+        l->fds[peer][i] = -1;
+        ring__sock_tune(fds[i], ctx->sockbuf);
+    }
+    l->have[peer] = 0;
+    return 1;
+}
+
+/* A view (one direction) of fds with peer in *out; duplex views share lk. If it cannot be
+ * made, sockets that are this view's alone are closed. */
+static ring_result_t view_new(tcp_ctx *ctx, int is_send, int peer, const int *fds, bundle *lk, void **out)
 {
     ring__sockaddr_t pa;
     pa.len = sizeof pa.ss;
     int have_addr = getpeername(fds[0], (struct sockaddr *)&pa.ss, &pa.len) == 0;
     tcp_conn *c = conn_new(ctx, is_send, peer, have_addr ? &pa : NULL);
-    if (!c) return NULL;
+    if (!c) {
+        if (!lk)
+            for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+        return ring__seterr(ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
+    }
     for (int i = 0; i < ctx->nsocks; i++) c->q[i].fd = fds[i];
     c->bundle = lk;
     if (lk) lk->refs++;
     RING_LOG(RING_LOG_INFO, RING_SUB_NET, ctx->comm->rank, "tcp: %s %s over %d socket(s)%s",
              is_send ? "sending to" : "receiving from", c->desc, c->nsocks,
              !lk ? "" : lk->refs == 2 ? " (duplex: the sockets of the other direction)" : " (duplex)");
-    return c;
+    *out = c;
+    return RING_OK;
 }
 
 /* The duplex bundle with peer, once made: the lower rank connects, the higher one takes the
@@ -451,16 +471,10 @@ static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
     if (comm->rank < peer) {
         RING_CHECK(pconn_step(ctx, &comm->peers[peer].addr, peer, 1, fds, &done));
     } else {
-        if (l->have[peer] == ctx->nsocks) {
+        done = take_from_listener(l, peer, fds);
+        if (done) {
             unsigned char ack[ACK_LEN];
             ring__put32(ack, ACK_MAGIC);
-            for (int i = 0; i < ctx->nsocks; i++) {
-                fds[i] = l->fds[peer][i];
-                l->fds[peer][i] = -1;
-                ring__sock_tune(fds[i], ctx->sockbuf);
-            }
-            l->have[peer] = 0;
-            done = 1;
             /* 4 bytes into a new socket's empty send buffer: all or an error. */
             for (int i = 0; i < ctx->nsocks && rc == RING_OK; i++)
                 if (send(fds[i], ack, ACK_LEN, MSG_NOSIGNAL | MSG_DONTWAIT) != ACK_LEN)
@@ -500,12 +514,7 @@ static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int pe
         RING_CHECK(pconn_step(ctx, addr, peer, 0, fds, &done));
         if (!done) return RING_OK;
     }
-    *sp = view_new(ctx, 1, peer, fds, lk);
-    if (!*sp) {
-        if (!lk)
-            for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
-        rc = ring__seterr(ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
-    }
+    rc = view_new(ctx, 1, peer, fds, lk, sp);
 fail:
     return rc;
 }
@@ -634,20 +643,9 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
         memcpy(fds, lk->fds, sizeof fds);
     } else {
         RING_CHECK(listen_pump(l));
-        if (l->have[peer] < ctx->nsocks) return RING_OK;
-        for (int i = 0; i < ctx->nsocks; i++) {
-            fds[i] = l->fds[peer][i];
-            l->fds[peer][i] = -1;
-            ring__sock_tune(fds[i], ctx->sockbuf);
-        }
-        l->have[peer] = 0;
+        if (!take_from_listener(l, peer, fds)) return RING_OK;
     }
-    *rp = view_new(ctx, 0, peer, fds, lk);
-    if (!*rp) {
-        if (!lk)
-            for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
-        rc = ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
-    }
+    rc = view_new(ctx, 0, peer, fds, lk, rp);
 fail:
     return rc;
 }

@@ -6,7 +6,9 @@
  *
  * Model (close to NCCL's net plugin API):
  *  - Connections are one-way: a send connection to one peer, a receive connection from one
- *    peer. A rank's ring uses one of each (to its right, from its left).
+ *    peer. A rank's ring uses one of each (to its right, from its left). A transport may back
+ *    the two directions of a pair with the same sockets (TCP does: RING_TCP_DUPLEX); each
+ *    connection object still moves one direction and is closed on its own.
  *  - Messages, not streams: the n-th isend on a send connection is matched by the n-th irecv
  *    on the peer's receive connection, and the two lengths must be equal (a difference is a
  *    protocol error, reported with both lengths, never a silent truncation).
