@@ -46,6 +46,8 @@
 # Environment knobs (all optional):
 #   RDMA_VM_CACHE    cache folder for kernel + initramfs        (/var/cache/ringcomm-rdma-vm)
 #   RDMA_VM_TIMEOUT  seconds before the VM is killed (exit 124)                        (900)
+#   RDMA_VM_BOOT_WAIT  seconds for the guest to report its set-up (done or failed) on the
+#                    console; a guest that says nothing by then is booted once more     (120)
 #   RDMA_VM_MEM      guest memory in MiB                                               (2048)
 #   RDMA_VM_SMP      guest vCPUs (1 makes polling processes starve each other)            (2)
 #   RDMA_VM_ACCEL    tcg | kvm (kvm only where /dev/kvm is real VMX/SVM)               (tcg)
@@ -364,29 +366,61 @@ qopt() { printf '%s' "${1//,/,,}"; }   # QEMU option values escape commas by dou
 # RDMA_VM_TIMEOUT seconds on the same two cores as the next job.
 pdeath=()
 setpriv --pdeathsig KILL true 2>/dev/null && pdeath=(setpriv --pdeathsig KILL)
+# One boot in about 50 that day (2026-11-26, under TCG) hung before /init wrote anything and
+# would have sat out RDMA_VM_TIMEOUT: a guest that has not reported its set-up (RDMA_VM_RUNNING
+# or RDMA_VM_SETUP_FAILED, 3-20 s on a loaded 2-core host) within BOOT_WAIT is killed and
+# booted once more.
+BOOT_WAIT=${RDMA_VM_BOOT_WAIT:-120}
 set +e
-"${pdeath[@]}" timeout -k 10 "$TIMEOUT" "${pdeath[@]}" qemu-system-x86_64 \
-  "${accel[@]}" -smp "$SMP" -m "$MEM" -M pc \
-  -nodefaults -no-user-config -display none -vga none -no-reboot \
-  -chardev "file,id=con,path=$(qopt "$CTL/console.log")" -device isa-serial,chardev=con \
-  -chardev stdio,id=out,signal=off -device isa-serial,chardev=out \
-  -fsdev local,id=fs0,path=/,security_model=none,multidevs=remap,readonly=on \
-  -device virtio-9p-pci,fsdev=fs0,mount_tag=hostroot \
-  -fsdev "local,id=fs1,path=$(qopt "$HOSTDIR"),security_model=none,multidevs=remap" \
-  -device virtio-9p-pci,fsdev=fs1,mount_tag=share \
-  -kernel "$IMG/kernel" -initrd "$CTL/initrd" \
-  -append "console=ttyS0 panic=-1 loglevel=4 mitigations=off nokaslr tsc=reliable cryptomgr.notests rdinit=/init ${RDMA_VM_APPEND:-}" \
-  < /dev/null &
-QPID=$!
-wait "$QPID"
-qrc=$?
-QPID=
+for attempt in 1 2; do
+  : > "$CTL/console.log"
+  "${pdeath[@]}" timeout -k 10 "$TIMEOUT" "${pdeath[@]}" qemu-system-x86_64 \
+    "${accel[@]}" -smp "$SMP" -m "$MEM" -M pc \
+    -nodefaults -no-user-config -display none -vga none -no-reboot \
+    -chardev "file,id=con,path=$(qopt "$CTL/console.log")" -device isa-serial,chardev=con \
+    -chardev stdio,id=out,signal=off -device isa-serial,chardev=out \
+    -fsdev local,id=fs0,path=/,security_model=none,multidevs=remap,readonly=on \
+    -device virtio-9p-pci,fsdev=fs0,mount_tag=hostroot \
+    -fsdev "local,id=fs1,path=$(qopt "$HOSTDIR"),security_model=none,multidevs=remap" \
+    -device virtio-9p-pci,fsdev=fs1,mount_tag=share \
+    -kernel "$IMG/kernel" -initrd "$CTL/initrd" \
+    -append "console=ttyS0 panic=-1 loglevel=4 mitigations=off nokaslr tsc=reliable cryptomgr.notests rdinit=/init ${RDMA_VM_APPEND:-}" \
+    < /dev/null &
+  QPID=$!
+  waited=0
+  while kill -0 "$QPID" 2>/dev/null && [ "$waited" -lt "$BOOT_WAIT" ] &&
+    ! grep -qE 'RDMA_VM_(RUNNING|SETUP_FAILED)' "$CTL/console.log" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if kill -0 "$QPID" 2>/dev/null && ! grep -qE 'RDMA_VM_(RUNNING|SETUP_FAILED)' "$CTL/console.log" 2>/dev/null; then
+    kill "$QPID" 2>/dev/null
+    wait "$QPID"
+    QPID=
+    qrc=124
+    if [ "$attempt" = 1 ]; then
+      log "the guest reported nothing in ${BOOT_WAIT}s (a hung boot): booting it again"
+      continue
+    fi
+    hung=1
+    break
+  fi
+  wait "$QPID"
+  qrc=$?
+  QPID=
+  break
+done
 set -e
 
 if [ "${RDMA_VM_VERBOSE:-0}" = 1 ]; then
   echo "----- guest console -----" >&2; tr -d '\r' < "$CTL/console.log" >&2
 fi
-if [ $qrc = 124 ] || [ $qrc = 137 ]; then
+if [ -n "${hung:-}" ]; then
+  echo "run-in-vm: the guest reported nothing in ${BOOT_WAIT}s, twice (hung boots); console:" >&2
+  tail -n 20 "$CTL/console.log" | tr -d '\r' >&2 || true
+  exit 124
+fi
+if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
   echo "run-in-vm: VM timed out after ${TIMEOUT}s; guest console tail:" >&2
   tail -n 20 "$CTL/console.log" | tr -d '\r' >&2 || true
   exit 124
