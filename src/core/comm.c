@@ -285,7 +285,7 @@ static int all_shm(const ring_comm_t *comm)
 {
     for (int p = 0; p < comm->nranks; p++) {
         const ring__peer_info_t *a = &comm->peers[comm->order[p]], *b = &comm->peers[comm->order[(p + 1) % comm->nranks]];
-        if (!(a->flags & b->flags & RING__PEER_SHM) || !ring__topo_same_host(a, b)) return 0;
+        if (!ring__topo_shm_pair(a, b)) return 0;
     }
     return 1;
 }

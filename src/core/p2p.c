@@ -61,8 +61,7 @@ static void engine_release(ring_comm_t *comm)
 /* Same host (name and boot id) and both sides take shared memory: upgrade the TCP connection. */
 static int want_shm(const ring_comm_t *comm, int p)
 {
-    return comm->shm_ctx && (comm->peers[p].flags & RING__PEER_SHM) &&
-           ring__topo_same_host(&comm->peers[comm->rank], &comm->peers[p]);
+    return comm->shm_ctx && ring__topo_shm_pair(&comm->peers[comm->rank], &comm->peers[p]);
 }
 
 /* Verbs: every peer with RING_TRANSPORT=rdma; with auto, peers on other hosts (inside a host

@@ -785,6 +785,11 @@ int ring__topo_same_host(const ring__peer_info_t *a, const ring__peer_info_t *b)
     return !strncmp(a->host, b->host, sizeof a->host) && !strncmp(a->bootid, b->bootid, sizeof a->bootid);
 }
 
+int ring__topo_shm_pair(const ring__peer_info_t *a, const ring__peer_info_t *b)
+{
+    return (a->flags & b->flags & RING__PEER_SHM) && ring__topo_same_host(a, b);
+}
+
 typedef struct {
     const ring__peer_info_t *p;
     int rank;

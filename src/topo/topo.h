@@ -225,6 +225,8 @@ int ring__topo_slurm_tasks_on_node(const char *spec, int nodeid);
 /* Same host: same host name and same boot id (two machines may share a name; two containers on
  * one machine share the boot id but not the name, and do not share memory unless told to). */
 int ring__topo_same_host(const ring__peer_info_t *a, const ring__peer_info_t *b);
+/* Shared memory between a and b: both take it (RING__PEER_SHM) and they are on one host. */
+int ring__topo_shm_pair(const ring__peer_info_t *a, const ring__peer_info_t *b);
 
 /*
  * order[pos] = rank for pos in 0..n-1: the ranks of each host contiguous, hosts in the order of

@@ -183,8 +183,7 @@ static int pair_duplex(const tcp_ctx *ctx, int peer)
     const ring_comm_t *comm = ctx->comm;
     if (!comm->params.tcp_duplex || !comm->peers) return 0;
     const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[peer];
-    if (a->flags & b->flags & RING__PEER_RDMA) return 0;
-    return !((a->flags & b->flags & RING__PEER_SHM) && ring__topo_same_host(a, b));
+    return !(a->flags & b->flags & RING__PEER_RDMA) && !ring__topo_shm_pair(a, b);
 }
 
 static void pconn_free(pconn *pc)
@@ -499,22 +498,25 @@ fail:
     return rc;
 }
 
+/* Either direction of a duplex pair: a view of its bundle once that is made (*out stays NULL
+ * until then). */
+static ring_result_t duplex_view(tcp_ctx *ctx, int is_send, int peer, void **out)
+{
+    bundle *lk = NULL;
+    ring_result_t rc = duplex_bundle(ctx, peer, &lk);
+    if (rc != RING_OK || !lk) return rc;
+    return view_new(ctx, is_send, peer, lk->fds, lk, out);
+}
+
 static ring_result_t tcp_connect(void *vctx, const ring__tp_addr_t *addr, int peer, void **sp)
 {
     tcp_ctx *ctx = vctx;
     ring_result_t rc = RING_OK;
     int fds[RING__MAX_NSOCKS], done = 0;
-    bundle *lk = NULL;
     *sp = NULL;
-    if (pair_duplex(ctx, peer)) {
-        RING_CHECK(duplex_bundle(ctx, peer, &lk));
-        if (!lk) return RING_OK;
-        memcpy(fds, lk->fds, sizeof fds);
-    } else {
-        RING_CHECK(pconn_step(ctx, addr, peer, 0, fds, &done));
-        if (!done) return RING_OK;
-    }
-    rc = view_new(ctx, 1, peer, fds, lk, sp);
+    if (pair_duplex(ctx, peer)) return duplex_view(ctx, 1, peer, sp);
+    RING_CHECK(pconn_step(ctx, addr, peer, 0, fds, &done));
+    if (done) rc = view_new(ctx, 1, peer, fds, NULL, sp);
 fail:
     return rc;
 }
@@ -633,19 +635,12 @@ static ring_result_t tcp_accept(void *vl, int peer, void **rp)
     ring_comm_t *comm = ctx->comm;
     ring_result_t rc = RING_OK;
     int fds[RING__MAX_NSOCKS];
-    bundle *lk = NULL;
     *rp = NULL;
     if (peer < 0 || peer >= l->nranks || peer == comm->rank)
         return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: accept from invalid rank %d", peer);
-    if (pair_duplex(ctx, peer)) {
-        RING_CHECK(duplex_bundle(ctx, peer, &lk));
-        if (!lk) return RING_OK;
-        memcpy(fds, lk->fds, sizeof fds);
-    } else {
-        RING_CHECK(listen_pump(l));
-        if (!take_from_listener(l, peer, fds)) return RING_OK;
-    }
-    rc = view_new(ctx, 0, peer, fds, lk, rp);
+    if (pair_duplex(ctx, peer)) return duplex_view(ctx, 0, peer, rp);
+    RING_CHECK(listen_pump(l));
+    if (take_from_listener(l, peer, fds)) rc = view_new(ctx, 0, peer, fds, NULL, rp);
 fail:
     return rc;
 }
