@@ -218,7 +218,7 @@ static void clear_env(void)
                           "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
                           "PMI_SIZE", "RING_TIMEOUT_MS", "RING_CHUNK_BYTES", "RING_NSOCKS", "RING_PIPELINE_DEPTH",
                           "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES", "RING_IB_GDR",
-                          "RING_SPIN_YIELD", "RING_TCP_DUPLEX"};
+                          "RING_SPIN_YIELD", "RING_TCP_DUPLEX", "RING_IB_TIMEOUT", "RING_IB_RETRY_CNT"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -345,6 +345,31 @@ Test(param, tcp_duplex)
     setenv("RING_TCP_DUPLEX", "2", 1);
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "RING_TCP_DUPLEX") != NULL);
+    clear_env();
+}
+
+Test(param, ib_timeout_and_retries)
+{
+    ring__params_t p;
+    clear_env();
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.ib_timeout, 14, "67 ms per try by default");
+    cr_assert_eq(p.ib_retry_cnt, 7);
+    setenv("RING_IB_TIMEOUT", "18", 1);
+    setenv("RING_IB_RETRY_CNT", "0", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.ib_timeout, 18);
+    cr_assert_eq(p.ib_retry_cnt, 0);
+    /* 0 is "wait forever" in verbs, which no wait of ours may do */
+    setenv("RING_IB_TIMEOUT", "0", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_TIMEOUT") != NULL);
+    setenv("RING_IB_TIMEOUT", "25", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    setenv("RING_IB_TIMEOUT", "14", 1);
+    setenv("RING_IB_RETRY_CNT", "8", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_RETRY_CNT") != NULL);
     clear_env();
 }
 

@@ -103,8 +103,25 @@ write_bw() {
 
 gbps() { awk -v m="$1" 'BEGIN { printf "%.4f", m * 1048576 / 1e9 }'; }  # MiB/s -> GB/s
 
+# The device's own counters around a program: a retransmission after a lost packet waits for
+# the QP's ACK timeout (67 ms at timeout 14), which is what an outlier run looks like; the
+# delta says whether that is what happened. Devices without hw_counters print nothing.
+cdir=/sys/class/infiniband/$dev/ports/1/hw_counters
+declare -A c0
+snap() { local f; c0=(); [ -d "$cdir" ] || return 0; for f in "$cdir"/*; do c0[${f##*/}]=$(cat "$f" 2>/dev/null || echo 0); done; }
+counters() { # label: print the nonzero deltas since snap
+  local f n v d out=
+  [ -d "$cdir" ] || return 0
+  for f in "$cdir"/*; do
+    n=${f##*/}; v=$(cat "$f" 2>/dev/null || echo 0); d=$((v - ${c0[$n]:-0}))
+    if [ "$d" -ne 0 ]; then out+=" $n +$d"; fi
+  done
+  echo "#   $dev counters during $1:${out:- none changed}"
+}
+mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '$1 == "active_mtu:" {print $2; exit}')
+
 t0=$(date +%s)
-echo "# vm_bw: $(uname -r), $(nproc) CPUs, device $dev (GID index $gid)${RDMA_VM:+, in the soft-RoCE guest (QEMU TCG)}"
+echo "# vm_bw: $(uname -r), $(nproc) CPUs, device $dev (GID index $gid, active MTU ${mtu:-?})${RDMA_VM:+, in the soft-RoCE guest (QEMU TCG)}"
 echo "# ib_write_bw: RC RDMA WRITE, client and server on this host over $dev, -n $bw_iters"
 declare -A uni bi
 sizes=()
@@ -112,18 +129,22 @@ fail=0
 for s in ${RING_VM_BW_SIZES:-4M 8M}; do
   b=$(bytes "$s")
   sizes+=("$b")
+  snap
   if write_bw "$b"; then uni[$b]=$(gbps "$res"); else uni[$b]=; fail=1; fi
   if write_bw "$b" -b; then bi[$b]=$(gbps "$res"); else bi[$b]=; fail=1; fi
   printf '#   %9d B  one way %s GB/s   both ways %s GB/s in all\n' "$b" "${uni[$b]:-FAILED}" "${bi[$b]:-FAILED}"
+  counters "ib_write_bw -s $b (one way, then -b)"
 done
 
 perf_args=${RING_VM_PERF_ARGS:-}
 echo "# ring_perf: allreduce float sum, 2 ranks (ringrun -n 2), RING_TRANSPORT=$transport, -n $perf_iters -w 1, checked${perf_args:+, $perf_args}"
 rc=0
+snap
 timeout "$limit" "$build/tools/ringrun" -n 2 --no-prefix --timeout "$limit" -x "RING_TRANSPORT=$transport" \
   "$build/perf/ring_perf" -b "$perf_min" -e "$perf_max" -f 2 -n "$perf_iters" -w 1 -c 1 --csv \
   --probe-bytes 4M $perf_args > "$tmp/perf.csv" 2> "$tmp/perf.err" || rc=$?
 grep -E '^# (transport|alpha|env)' "$tmp/perf.err" | sed 's/^# /#   /' || true
+counters ring_perf
 if [ "$rc" -ne 0 ] || ! grep -q '^allreduce,' "$tmp/perf.csv"; then
   echo "vm_bw: ring_perf failed (exit $rc):" >&2
   cat "$tmp/perf.err" "$tmp/perf.csv" >&2

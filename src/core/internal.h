@@ -99,6 +99,8 @@ typedef struct ring__params {
     size_t sm_max_bytes;   /* auto: shared-memory all-reduce up to this many bytes; 0: no page (RING_SM_MAX_BYTES) */
     int transport;        /* RING__TP_*: RING_TRANSPORT */
     int ib_qps;           /* RING_IB_QPS_PER_PEER: queue pairs per verbs connection */
+    int ib_timeout;       /* RING_IB_TIMEOUT: QP local ACK timeout exponent, 4.096 us x 2^t per try */
+    int ib_retry_cnt;     /* RING_IB_RETRY_CNT: retransmissions before a QP gives up */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
     char host_id[64];     /* RING_HOST_ID: stands in for host name and boot id, "" = the real ones */
     uint8_t secret[16];

@@ -230,6 +230,15 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
         long long q = 1;
         RING_CHECK(env_int("RING_IB_QPS_PER_PEER", 1, 8, &q));
         p->ib_qps = (int)q;
+        /* 14: 4.096 us x 2^14 = 67 ms per try. The verbs range is 0 (wait forever, which the
+         * rules on blocking waits forbid) .. 31; past 24 (69 s per try) a dead peer would be
+         * found only by the socket watch, so refuse that as a likely typo. */
+        q = 14;
+        RING_CHECK(env_int("RING_IB_TIMEOUT", 1, 24, &q));
+        p->ib_timeout = (int)q;
+        q = 7;
+        RING_CHECK(env_int("RING_IB_RETRY_CNT", 0, 7, &q));
+        p->ib_retry_cnt = (int)q;
     }
     const char *hid = getenv("RING_HOST_ID");
     if (hid && *hid) {

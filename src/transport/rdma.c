@@ -174,6 +174,7 @@ struct rdma_ctx {
     int gid_index;
     union ibv_gid gid;
     int nqp;
+    int qp_timeout, qp_retry; /* RING_IB_TIMEOUT, RING_IB_RETRY_CNT */
     up *ups;
     uint8_t *keep_tcp[2];
     ring_result_t dead; /* a fatal device or port event: every connection fails with it */
@@ -372,6 +373,8 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
     ctx->keep_tcp[0] = k;
     ctx->keep_tcp[1] = k + comm->nranks;
     ctx->nqp = comm->params.ib_qps;
+    ctx->qp_timeout = comm->params.ib_timeout;
+    ctx->qp_retry = comm->params.ib_retry_cnt;
     rc = open_port(ctx, why, sizeof why);
     if (rc == RING_OK) rc = pick_gid(ctx, gwhy, sizeof gwhy);
     if (rc == RING_OK && !(ctx->pd = ibv_alloc_pd(ctx->dev))) {
@@ -604,11 +607,17 @@ static int connect_qps(rdma_ctx *ctx, up *u)
                      strerror(e), is_ib ? "LID" : "GID");
             return e;
         }
-        /* timeout 14: 4.096 us x 2^14 = 67 ms per try, 7 tries; a dead peer is normally seen
-         * sooner through the socket. rnr_retry 7: a receiver short of posted receives is
-         * waited for, never an error. */
-        struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
-                                .sq_psn = c->psn, .max_rd_atomic = RD_ATOMIC};
+        /* Default timeout 14: 4.096 us x 2^14 = 67 ms per try, 7 tries; a dead peer is normally
+         * seen sooner through the socket. A lost packet costs one timeout before the
+         * retransmission, so a lossy fabric wants it lower, a congested one higher
+         * (RING_IB_TIMEOUT, RING_IB_RETRY_CNT as NCCL's). rnr_retry 7: a receiver short of
+         * posted receives is waited for, never an error. */
+        struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS,
+                                .timeout = (uint8_t)ctx->qp_timeout,
+                                .retry_cnt = (uint8_t)ctx->qp_retry,
+                                .rnr_retry = 7,
+                                .sq_psn = c->psn,
+                                .max_rd_atomic = RD_ATOMIC};
         e = ibv_modify_qp(c->qp[q], &s,
                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                               IBV_QP_MAX_QP_RD_ATOMIC);
@@ -806,8 +815,19 @@ static ring_result_t rdma_upgrade(void *vctx, void *base, int peer, int is_send,
     rdma_conn *c = u->c;
     c->fd = ring__tcp_take_fd(base);
     ring__tcp_transport.close(base);
-    RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "rdma: %s rank %d over %s (%d QP(s), %u slots of %zu bytes, inline %u)",
-             is_send ? "sending to" : "receiving from", peer, ctx->dev_name, c->nqp, c->nslots, c->slot_bytes, c->max_inline);
+    /* What the device took, not what was asked: the log then shows a RING_IB_TIMEOUT that a
+     * driver clamped. */
+    struct ibv_qp_attr qa;
+    struct ibv_qp_init_attr qi;
+    int tmo = -1, retry = -1;
+    if (ibv_query_qp(c->qp[0], &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &qi) == 0) {
+        tmo = qa.timeout;
+        retry = qa.retry_cnt;
+    }
+    RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank,
+             "rdma: %s rank %d over %s (%d QP(s), %u slots of %zu bytes, inline %u, ACK timeout %d = %.1f ms, %d retries)",
+             is_send ? "sending to" : "receiving from", peer, ctx->dev_name, c->nqp, c->nslots, c->slot_bytes, c->max_inline,
+             tmo, tmo >= 0 ? 4.096e-3 * (double)(1ull << tmo) : -1.0, retry);
     free(u);
     *out = c;
     return RING_OK;

@@ -53,6 +53,9 @@
 #   RDMA_VM_ACCEL    tcg | kvm (kvm only where /dev/kvm is real VMX/SVM)               (tcg)
 #   RDMA_VM_NETDEV   dummy | lo (lo: rxe0 on lo, GID 1 = ::ffff:127.0.0.1, raw verbs
 #                    only, no rdma_cm)                                               (dummy)
+#   RDMA_VM_MTU      MTU of dummy0 under rxe0, set before COMMAND runs; rxe follows it:
+#                    1500 gives a RoCE path MTU of 1024, 4200 or more gives 4096, what RoCE
+#                    fabrics with jumbo frames run. Empty: dummy0's own 1500              ()
 #   RDMA_VM_PASSENV  space-separated names of host environment variables to export in the
 #                    guest (PATH, HOME=/root, LANG=C.UTF-8 and RDMA_VM=1 are always set)
 #   RDMA_VM_KERNEL_PKG  Debian kernel package to boot (default: linux-image-amd64's)
@@ -102,6 +105,13 @@ HOSTDIR=$(cd "$1" && pwd -P)
 [ "$HOSTDIR" != / ] || die "HOSTDIR must not be / (the host root is already visible read-only)"
 shift
 case $NETDEV in lo|dummy) ;; *) die "RDMA_VM_NETDEV must be lo or dummy" ;; esac
+MTU=${RDMA_VM_MTU:-}
+if [ -n "$MTU" ]; then
+  if ! [[ $MTU =~ ^[0-9]+$ ]] || [ "$MTU" -lt 1280 ] || [ "$MTU" -gt 65535 ]; then
+    die "RDMA_VM_MTU must be a number of bytes, 1280-65535"
+  fi
+  [ "$NETDEV" = dummy ] || die "RDMA_VM_MTU applies to RDMA_VM_NETDEV=dummy (lo runs at 65536)"
+fi
 # shellcheck disable=SC2054
 case $ACCEL in
   tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
@@ -353,6 +363,11 @@ mkdir -p "$CTL/rd/etc/rdma-vm"
     if [ -n "${!v+x}" ]; then echo "export $v=$(q "${!v}")"; fi
   done
   echo 'ulimit -l unlimited 2>/dev/null'
+  # Here rather than in /init, so that the cached image stays as it is: rxe0 takes the new
+  # MTU from the netdev notifier (ibv_devinfo's active_mtu shows it at once).
+  if [ -n "$MTU" ]; then
+    echo "ip link set dummy0 mtu $MTU || { echo 'run-in-vm: ip link set dummy0 mtu $MTU failed' >&2; exit 125; }"
+  fi
   echo "cd $(q "$HOSTDIR") || exit 125"
   printf 'exec'; printf ' %q' "$@"; echo
 } > "$CTL/rd/etc/rdma-vm/cmd.sh"

@@ -21,7 +21,8 @@
 #      init with a timeout that names it and release the half-made connections.
 #   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), registered
 #      buffers that verbs read in place, and RING_IB_GID_INDEX naming an unused GID entry.
-#   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked.
+#   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
+#      report the RING_IB_TIMEOUT and RING_IB_RETRY_CNT given.
 #   6. gdr: device buffers over verbs on the emulated GPU (cuda_coll_check --emulate): with
 #      GPUDirect RDMA (src/cuda/gdr.c; the emulated GPU's memory registered with ibv_reg_mr),
 #      mixed with host-buffer ranks, and staged (RING_IB_GDR=0); every result checked.
@@ -260,15 +261,19 @@ fi
 # must still take the slots in order. ring_perf checks every result (-c 1).
 # shellcheck disable=SC2317  # called through stage
 multi_qp() {
-  RING_TRANSPORT=rdma RING_IB_QPS_PER_PEER=3 RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/qp.%p \
+  RING_TRANSPORT=rdma RING_IB_QPS_PER_PEER=3 RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 \
+    RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/qp.%p \
     timeout 300 "$build/tools/ringrun" -n 3 "$build/perf/ring_perf" -b 4 -e 2M -f 8 -n 2 -w 1 -c 1 --no-probe \
     > "$tmp/qp-perf.log" 2>&1 || { tail -n 40 "$tmp/qp-perf.log"; return 1; }
   grep -h "Out of bounds" "$tmp/qp-perf.log"
   grep -h "sending to rank" "$tmp"/qp.* | sed 's/^.*NET //'
   grep -q "(3 QP(s)," "$tmp"/qp.* || { echo "suite: the connections did not get 3 queue pairs"; return 1; }
+  # ibv_query_qp's answer, so this is what the device runs with
+  grep -q "ACK timeout 16 = 268.4 ms, 5 retries" "$tmp"/qp.* ||
+    { echo "suite: RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 did not reach the queue pairs"; return 1; }
 }
 if [ "$transport" = rdma ] && want qps; then
-  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
+  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3, RING_IB_TIMEOUT=16, RING_IB_RETRY_CNT=5), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
     multi_qp
 fi
 
