@@ -258,9 +258,6 @@ static int live_remove(ring_comm_t *comm)
     return found;
 }
 
-/* Every ring edge joins two ranks of one host that both take shared memory. Computed from
- * the rank table alone, so every rank gets the same answer (algorithm thresholds depend on it
- * and must agree). */
 /* RING_SPIN_YIELD: whether waits poll without yielding the CPU (comm->spin_busy), logged. */
 static void pick_wait(ring_comm_t *comm)
 {
@@ -281,6 +278,9 @@ static void pick_wait(ring_comm_t *comm)
              soft && comm->params.spin_yield < 0 ? "; software verbs device " : "", soft && comm->params.spin_yield < 0 ? soft : "");
 }
 
+/* Every ring edge joins two ranks of one host that both take shared memory. Computed from
+ * the rank table alone, so every rank gets the same answer (algorithm thresholds depend on it
+ * and must agree). */
 static int all_shm(const ring_comm_t *comm)
 {
     for (int p = 0; p < comm->nranks; p++) {
