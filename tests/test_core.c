@@ -212,14 +212,26 @@ Test(param, secret_hex_and_string)
     cr_assert_eq(memcmp(a, b, 16), 0);
 }
 
+extern char **environ;
+
+/* Launchers' variables, and every RING_* knob (a new parameter needs no entry here) except
+ * the test harness's RING_TEST_* and logging. */
 static void clear_env(void)
 {
-    const char *vars[] = {"RING_RANK", "RING_NRANKS", "RING_ROOT", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                          "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                          "PMI_SIZE", "RING_TIMEOUT_MS", "RING_CHUNK_BYTES", "RING_NSOCKS", "RING_PIPELINE_DEPTH",
-                          "RING_SECRET", "RING_SOCKET_IFNAME", "RING_PORT_RANGE", "RING_ALGO", "RING_RD_MAX_BYTES", "RING_IB_GDR",
-                          "RING_SPIN_YIELD", "RING_TCP_DUPLEX", "RING_IB_TIMEOUT", "RING_IB_RETRY_CNT"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    const char *launch[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+                            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof launch / sizeof *launch; i++) unsetenv(launch[i]);
+    char names[64][64];
+    int n = 0;
+    for (char **e = environ; *e && n < 64; e++) {
+        if (strncmp(*e, "RING_", 5) != 0 || strncmp(*e, "RING_TEST_", 10) == 0 || strncmp(*e, "RING_DEBUG", 10) == 0)
+            continue;
+        size_t len = strcspn(*e, "=");
+        if (len >= sizeof names[0]) continue;
+        memcpy(names[n], *e, len);
+        names[n++][len] = '\0';
+    }
+    for (int i = 0; i < n; i++) unsetenv(names[i]);
 }
 
 Test(param, env_bootstrap_order)

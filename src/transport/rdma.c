@@ -174,7 +174,6 @@ struct rdma_ctx {
     int gid_index;
     union ibv_gid gid;
     int nqp;
-    int qp_timeout, qp_retry; /* RING_IB_TIMEOUT, RING_IB_RETRY_CNT */
     up *ups;
     uint8_t *keep_tcp[2];
     ring_result_t dead; /* a fatal device or port event: every connection fails with it */
@@ -373,8 +372,6 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
     ctx->keep_tcp[0] = k;
     ctx->keep_tcp[1] = k + comm->nranks;
     ctx->nqp = comm->params.ib_qps;
-    ctx->qp_timeout = comm->params.ib_timeout;
-    ctx->qp_retry = comm->params.ib_retry_cnt;
     rc = open_port(ctx, why, sizeof why);
     if (rc == RING_OK) rc = pick_gid(ctx, gwhy, sizeof gwhy);
     if (rc == RING_OK && !(ctx->pd = ibv_alloc_pd(ctx->dev))) {
@@ -613,8 +610,8 @@ static int connect_qps(rdma_ctx *ctx, up *u)
          * (RING_IB_TIMEOUT, RING_IB_RETRY_CNT as NCCL's). rnr_retry 7: a receiver short of
          * posted receives is waited for, never an error. */
         struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS,
-                                .timeout = (uint8_t)ctx->qp_timeout,
-                                .retry_cnt = (uint8_t)ctx->qp_retry,
+                                .timeout = (uint8_t)ctx->comm->params.ib_timeout,
+                                .retry_cnt = (uint8_t)ctx->comm->params.ib_retry_cnt,
                                 .rnr_retry = 7,
                                 .sq_psn = c->psn,
                                 .max_rd_atomic = RD_ATOMIC};

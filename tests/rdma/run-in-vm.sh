@@ -386,6 +386,7 @@ setpriv --pdeathsig KILL true 2>/dev/null && pdeath=(setpriv --pdeathsig KILL)
 # or RDMA_VM_SETUP_FAILED, 3-20 s on a loaded 2-core host) within BOOT_WAIT is killed and
 # booted once more.
 BOOT_WAIT=${RDMA_VM_BOOT_WAIT:-120}
+reported() { grep -qE 'RDMA_VM_(RUNNING|SETUP_FAILED)' "$CTL/console.log" 2>/dev/null; }
 set +e
 for attempt in 1 2; do
   : > "$CTL/console.log"
@@ -403,12 +404,11 @@ for attempt in 1 2; do
     < /dev/null &
   QPID=$!
   waited=0
-  while kill -0 "$QPID" 2>/dev/null && [ "$waited" -lt "$BOOT_WAIT" ] &&
-    ! grep -qE 'RDMA_VM_(RUNNING|SETUP_FAILED)' "$CTL/console.log" 2>/dev/null; do
+  while kill -0 "$QPID" 2>/dev/null && [ "$waited" -lt "$BOOT_WAIT" ] && ! reported; do
     sleep 1
     waited=$((waited + 1))
   done
-  if kill -0 "$QPID" 2>/dev/null && ! grep -qE 'RDMA_VM_(RUNNING|SETUP_FAILED)' "$CTL/console.log" 2>/dev/null; then
+  if kill -0 "$QPID" 2>/dev/null && ! reported; then
     kill "$QPID" 2>/dev/null
     wait "$QPID"
     QPID=
