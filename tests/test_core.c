@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "bootstrap.h"
+#include "clear_env.h"
 #include "free_port.h"
 #include "net.h"
 #include "engine.h"
@@ -212,26 +213,13 @@ Test(param, secret_hex_and_string)
     cr_assert_eq(memcmp(a, b, 16), 0);
 }
 
-extern char **environ;
-
-/* Launchers' variables, and every RING_* knob (a new parameter needs no entry here) except
- * the test harness's RING_TEST_* and logging. */
+/* Launchers' variables and every RING_* knob. */
 static void clear_env(void)
 {
     const char *launch[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"};
     for (size_t i = 0; i < sizeof launch / sizeof *launch; i++) unsetenv(launch[i]);
-    char names[64][64];
-    int n = 0;
-    for (char **e = environ; *e && n < 64; e++) {
-        if (strncmp(*e, "RING_", 5) != 0 || strncmp(*e, "RING_TEST_", 10) == 0 || strncmp(*e, "RING_DEBUG", 10) == 0)
-            continue;
-        size_t len = strcspn(*e, "=");
-        if (len >= sizeof names[0]) continue;
-        memcpy(names[n], *e, len);
-        names[n++][len] = '\0';
-    }
-    for (int i = 0; i < n; i++) unsetenv(names[i]);
+    clear_ring_env();
 }
 
 Test(param, env_bootstrap_order)

@@ -25,6 +25,7 @@
  */
 #include <criterion/criterion.h>
 
+#include "clear_env.h"
 #include "free_port.h"
 #include <criterion/logging.h>
 
@@ -55,7 +56,6 @@
 #include "watch.h"
 #include "wire.h"
 
-extern char **environ;
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define UNDER_SANITIZER 1
@@ -86,21 +86,9 @@ static void sleep_ms(int ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-/* Knobs a developer exported must not change what these tests measure; logging is kept so
- * that a failing run can be repeated with RING_DEBUG. */
 static void clear_env(void)
 {
-    char names[64][64];
-    int n = 0;
-    for (char **e = environ; *e && n < 64; e++) {
-        if (strncmp(*e, "RING_", 5) != 0 || strncmp(*e, "RING_TEST_", 10) == 0 || strncmp(*e, "RING_DEBUG", 10) == 0)
-            continue;
-        size_t len = strcspn(*e, "=");
-        if (len >= sizeof names[0]) continue;
-        memcpy(names[n], *e, len);
-        names[n++][len] = '\0';
-    }
-    for (int i = 0; i < n; i++) unsetenv(names[i]);
+    clear_ring_env();
     /* The reliability-tcp run: every pair on TCP (one-host pairs would take shared memory). */
     const char *tp = getenv("RING_TEST_TRANSPORT");
     if (tp && *tp) setenv("RING_TRANSPORT", tp, 1);
