@@ -1232,8 +1232,9 @@ int main(int argc, char **argv)
     /* Which way the device-buffer calls went: direct over CUDA IPC (every rank on one host,
      * src/cuda/direct.c), else staged through host memory or the ring's CUDA IPC links. */
     if (is_root && use_dev && o.pc.fmt != PC_FMT_JSON)
-        fprintf(g_info, "# device-buffer calls that ran direct over CUDA IPC on rank 0: %llu\n",
-                (unsigned long long)ring__cuda_direct_count(g_comm));
+        fprintf(g_info, "# device-buffer calls that ran direct over CUDA IPC on rank 0: %llu (%llu worked by rank 0 alone)\n",
+                (unsigned long long)ring__cuda_direct_count(g_comm),
+                (unsigned long long)ring__cuda_direct_one_count(g_comm));
 #endif
     if (is_root && o.pc.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
 

@@ -310,14 +310,15 @@ Test(param, resolve_env_and_config)
     clear_env();
 }
 
-/* The auto/0/1 knobs: auto (-1) by default, each value read, anything else refused by name. */
-static void tristate(const char *var, size_t field)
+/* The three-way knobs: auto (-1) by default, each value (off: 0, on: 1) read, anything else
+ * refused by name. */
+static void threeway(const char *var, size_t field, const char *off, const char *on)
 {
     ring__params_t p;
     clear_env();
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
     cr_assert_eq(*(int *)((char *)&p + field), -1, "%s: auto by default", var);
-    const char *vals[] = {"0", "1", "auto"};
+    const char *vals[] = {off, on, "auto"};
     const int want[] = {0, 1, -1};
     for (int i = 0; i < 3; i++) {
         setenv(var, vals[i], 1);
@@ -329,9 +330,14 @@ static void tristate(const char *var, size_t field)
     cr_assert(strstr(ring_comm_last_error(NULL), var) != NULL);
     clear_env();
 }
+static void tristate(const char *var, size_t field) { threeway(var, field, "0", "1"); }
 
 Test(param, ib_gdr) { tristate("RING_IB_GDR", offsetof(ring__params_t, ib_gdr)); }
 Test(param, spin_yield) { tristate("RING_SPIN_YIELD", offsetof(ring__params_t, spin_yield)); }
+Test(param, cuda_direct_work)
+{
+    threeway("RING_CUDA_DIRECT_WORK", offsetof(ring__params_t, cuda_direct_work), "each", "one");
+}
 
 Test(param, tcp_duplex)
 {

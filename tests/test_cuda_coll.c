@@ -20,6 +20,9 @@
  * --expect-direct / --expect-no-direct  fail unless some call (every device-buffer call when
  *            the run has no host ranks) / no call ran as a direct collective over CUDA IPC
  *            (src/cuda/direct.c: every rank on one host with device buffers).
+ * --expect-work one|each  with --expect-direct: fail unless every direct call was worked by
+ *            rank 0 alone (one: all ranks' buffers on one GPU, or RING_CUDA_DIRECT_WORK=one)
+ *            / by every rank for its part (each).
  * --direct-dies   the last rank leaves (exit 0, no ring_comm_destroy) just before a direct
  *            all-reduce: the others must return an error within 10 s, none may hang.
  * --direct-mismatch  rank 0 passes one element more than the others to a device all-reduce:
@@ -190,7 +193,7 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
 int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
-        direct_mismatch = 0;
+        direct_mismatch = 0, expect_one = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -203,10 +206,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--expect-no-direct")) expect_direct = 0;
         else if (!strcmp(argv[i], "--direct-dies")) direct_dies = 1;
         else if (!strcmp(argv[i], "--direct-mismatch")) direct_mismatch = 1;
+        else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
+        else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
         else {
             fprintf(stderr,
                     "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed] [--expect-gdr | --expect-no-gdr]\n"
-                    "       [--expect-direct | --expect-no-direct] [--direct-dies] [--direct-mismatch]\n",
+                    "       [--expect-direct | --expect-no-direct] [--expect-work one|each] [--direct-dies] [--direct-mismatch]\n",
                     argv[0]);
             return 2;
         }
@@ -343,8 +348,14 @@ int main(int argc, char **argv)
         }
     }
     if (n > 1) {
-        uint64_t nd = ring__cuda_direct_count(comm);
-        printf("rank %d: %llu of %d calls ran directly over CUDA IPC\n", rank, (unsigned long long)nd, cases);
+        uint64_t nd = ring__cuda_direct_count(comm), n1 = ring__cuda_direct_one_count(comm);
+        printf("rank %d: %llu of %d calls ran directly over CUDA IPC, %llu of them worked by rank 0 alone\n", rank,
+               (unsigned long long)nd, cases, (unsigned long long)n1);
+        if (expect_one >= 0 && n1 != (expect_one ? nd : 0)) {
+            fprintf(stderr, "rank %d: expected %s of the direct calls to be worked by rank 0 alone\n", rank,
+                    expect_one ? "every one" : "none");
+            bad = 1;
+        }
         /* With host ranks in the ring, no call can be direct. */
         int want = expect_direct < 0 ? -1 : mixed ? 0 : expect_direct;
         if ((want == 1 && nd != (uint64_t)cases) || (want == 0 && nd != 0)) {

@@ -23,17 +23,20 @@
 #                 tests that CI already runs: not worth a borrowed GPU's time
 #  3. coll:       device-buffer all-reduce, reduce-scatter, all-gather and broadcast over 2 and
 #                 4 local ranks (cuda_coll_check under ringrun): direct over CUDA IPC (the
-#                 default on one host), staged through host memory (RING_CUDA_IPC=0, 64 KiB
-#                 chunks so that the ring has many messages) and over the ring's CUDA IPC links
+#                 default on one host; worked by rank 0 alone and by every rank for its part,
+#                 RING_CUDA_DIRECT_WORK), staged through host memory (RING_CUDA_IPC=0, 64 KiB
+#                 chunks so that the ring has many messages; over shared memory, and over TCP
+#                 with 4 ranks) and over the ring's CUDA IPC links
 #                 (RING_CUDA_IPC=ring); 3 ranks mixing host and device buffers in one call; a
 #                 rank that dies and a call that differs, in a direct collective
 #  4. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
 #                 (target: ratio >= 0.9 at >= 256 MiB), and the many-input kernel; ring_perf -G
 #                 both over TCP with 2 ranks (device within 15 % of host busbw), -G cuda with 4
-#                 ranks direct (the default) and over the ring's CUDA IPC links; reported, not
+#                 ranks direct (RING_CUDA_DIRECT_WORK auto, one, each) and over the ring's
+#                 CUDA IPC links; reported, not
 #                 a failure
 #  5. sanitizer:  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the kernel
-#                 checks (--quick: short lengths), and memcheck on 2 ranks' collectives
+#                 checks (--quick: short lengths), memcheck and racecheck on 2 ranks' collectives
 #
 # Logs go to DIR (default perf/results/cuda-<UTC date>-<GPU>/), at most 8 files so that a
 # remote session can bring them back: summary.txt (machine, GPU, driver, date, every command
@@ -59,7 +62,7 @@ while [ $# -gt 0 ]; do
     --no-build) no_build=1; shift ;;
     --no-bench) steps=${steps//bench/}; shift ;;
     --no-sanitizer) steps=${steps//sanitizer/}; shift ;;
-    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "gpu_checks.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -146,13 +149,27 @@ fi
 if { want coll || want allreduce; } && [ -x "$build/perf/cuda/cuda_coll_check" ]; then
     cc=$build/perf/cuda/cuda_coll_check
     rr=("$build/tools/ringrun" --timeout 300)
+    # Ranks take device rank % GPUs: on one GPU rank 0 works every direct call alone (auto),
+    # on several each rank works its part; RING_CUDA_DIRECT_WORK forces either.
+    auto_work=each
+    [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" = 1 ] && auto_work=one
     for n in 2 4; do
-        step "coll-direct-n$n" "$results/coll.log" "${rr[@]}" -n $n "$cc" --expect-direct
+        step "coll-direct-n$n" "$results/coll.log" "${rr[@]}" -n $n "$cc" --expect-direct --expect-work $auto_work
+        for w in one each; do
+            [ $w = $auto_work ] && continue
+            step "coll-direct-$w-n$n" "$results/coll.log" env RING_CUDA_DIRECT_WORK=$w "${rr[@]}" -n $n "$cc" \
+                --expect-direct --expect-work $w
+        done
         # 64 KiB chunks: the ring has many messages and reuses every staging slot.
         step "coll-staged-n$n" "$results/coll.log" env RING_CUDA_IPC=0 RING_CHUNK_BYTES=64K "${rr[@]}" -n $n "$cc" \
             --expect-no-direct
         step "coll-ipc-n$n" "$results/coll.log" env RING_CUDA_IPC=ring RING_CHUNK_BYTES=64K "${rr[@]}" -n $n "$cc" \
             --expect-ipc
+    done
+    # Staged over TCP instead of shared memory (not one host's transport: never direct).
+    for n in 2 4; do
+        step "coll-staged-tcp-n$n" "$results/coll.log" env RING_TRANSPORT=tcp RING_CHUNK_BYTES=64K "${rr[@]}" -n $n "$cc" \
+            --expect-no-direct
     done
     # Host and device buffers in one call (odd ranks host): never direct, staged for all.
     step "coll-mixed-n3" "$results/coll.log" "${rr[@]}" -n 3 "$cc" --mixed --expect-no-direct
@@ -169,8 +186,10 @@ if [ $bench = 1 ]; then
     # BW_copy from reduce_bw's copy column above).
     step bench-staged "$results/bench.log" env RING_TRANSPORT=tcp "$build/tools/ringrun" -n 2 --timeout 500 \
         "$build/perf/ring_perf" -G both -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
-    step bench-direct "$results/bench.log" "$build/tools/ringrun" -n 4 --timeout 500 \
-        "$build/perf/ring_perf" -G cuda -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
+    for w in auto one each; do
+        step bench-direct-$w "$results/bench.log" env RING_CUDA_DIRECT_WORK=$w "$build/tools/ringrun" -n 4 \
+            --timeout 500 "$build/perf/ring_perf" -G cuda -C allreduce -b 1M -e 1G -f 4 -n 10 -w 3 -c 1
+    done
     step bench-ipc "$results/bench.log" env RING_CUDA_IPC=ring "$build/tools/ringrun" -n 4 --timeout 500 \
         "$build/perf/ring_perf" -G cuda -C allreduce -b 64M -e 256M -f 4 -n 5 -w 2 -c 1
     step bench-ops "$results/bench.log" "$build/perf/cuda/reduce_bw" -b 256M -e 256M -d float32,bfloat16,float16 -o all \
@@ -193,8 +212,17 @@ if [ $sanitizer = 1 ]; then
             step "coll-memcheck" "$results/sanitizer.log" env RING_CUDA_IPC=0 RING_CHUNK_BYTES=64K "$build/tools/ringrun" \
                 -n 2 --timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" \
                 --quick
-            step "coll-direct-memcheck" "$results/sanitizer.log" "$build/tools/ringrun" -n 2 --timeout 300 \
-                compute-sanitizer --tool memcheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" --quick
+            for w in one each; do
+                step "coll-direct-$w-memcheck" "$results/sanitizer.log" env RING_CUDA_DIRECT_WORK=$w "$build/tools/ringrun" \
+                    -n 2 --timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
+                    "$build/perf/cuda/cuda_coll_check" --quick
+            done
+            # The kernels as the collectives launch them (many inputs, staged slots).
+            step "coll-racecheck" "$results/sanitizer.log" env RING_CUDA_IPC=0 RING_CHUNK_BYTES=64K "$build/tools/ringrun" \
+                -n 2 --timeout 300 compute-sanitizer --tool racecheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" \
+                --quick
+            step "coll-direct-racecheck" "$results/sanitizer.log" "$build/tools/ringrun" -n 2 --timeout 300 \
+                compute-sanitizer --tool racecheck --error-exitcode 3 "$build/perf/cuda/cuda_coll_check" --quick
         fi
     else
         echo "SKIP         sanitizer                    compute-sanitizer not found" | tee -a "$summary"

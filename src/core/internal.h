@@ -107,6 +107,7 @@ typedef struct ring__params {
     int secret_set;
     char ifname[128];
     int cuda_ipc; /* RING_CUDA_IPC: RING__CUDA_IPC_* (src/cuda/direct.h): direct collectives, ring links */
+    int cuda_direct_work; /* RING_CUDA_DIRECT_WORK: RING__DIRECT_WORK_* (src/cuda/direct.h): who queues a direct call's GPU work */
     int ib_gdr;   /* RING_IB_GDR: GPUDirect RDMA for device buffers over verbs; -1 auto, 0 off, 1 required */
 } ring__params_t;
 

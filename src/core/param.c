@@ -265,6 +265,14 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
                               "auto, 0, 1 or ring", &p->cuda_ipc));
     }
     {
+        /* src/cuda/direct.h's RING__DIRECT_WORK_* */
+        static const char *const names[] = {"auto", "one", "each"};
+        static const int values[] = {-1, 1, 0};
+        p->cuda_direct_work = -1;
+        RING_CHECK(env_choice("RING_CUDA_DIRECT_WORK", names, values, (int)(sizeof names / sizeof *names),
+                              "auto, one or each", &p->cuda_direct_work));
+    }
+    {
         static const char *const names[] = {"auto", "0", "1"};
         static const int values[] = {-1, 0, 1};
         p->spin_yield = -1;

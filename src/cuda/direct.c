@@ -23,11 +23,17 @@
  *     (reads S, writes S per rank); it publishes once the kernel finished and returns when
  *     every rank has: then every recvbuf is complete, and no rank's buffers are touched after
  *     its call returned.
+ *     Where every rank's buffers are on one GPU (the records carry the GPU's uuid;
+ *     RING_CUDA_DIRECT_WORK=auto), rank 0 alone does this for all N blocks, in one kernel
+ *     over the whole buffer, and the others queue no GPU work at all: the ranks' processes
+ *     have a context each, and contexts of different processes take turns on a GPU, one
+ *     switch per turn; N kernels of S/N each cost N turns where one kernel of S costs one.
  * GPU memory traffic, all ranks together: 2 N S, against 5 (N-1) S for a ring over CUDA IPC
  * (15 S against 8 S at N = 4); nothing crosses PCIe. Synchronisation: three waits on the
- * shared page per call (each for every rank: microseconds on one host) and two waits for the
- * own GPU. In-place calls work unchanged: block r of every buffer is read and written by rank
- * r alone, each element's inputs before its outputs.
+ * shared page per call (each for every rank: microseconds on one host) and at most two waits
+ * for the own GPU (none where the GPU had nothing queued and the rank does no work).
+ * In-place calls work unchanged: block r of every buffer is read and written by one rank
+ * alone, by one kernel, each element's inputs before its outputs.
  * Reduce-scatter is the same kernel with one output (block r of the inputs into this rank's
  * recvbuf); all-gather copies every peer's sendbuf into place, broadcast copies the root's
  * buffer (pull: device-to-device copies through the mappings).
@@ -81,7 +87,9 @@ typedef struct buf_desc {
 typedef struct rec {
     ring__callrec_t c;
     uint32_t kind, pid;
+    int32_t work; /* this rank's RING_CUDA_DIRECT_WORK: rank 0's decides, so all decide alike */
     buf_desc_t buf[2]; /* sendbuf, recvbuf */
+    unsigned char gpu[RING__CUDA_UUID_LEN]; /* the physical GPU of the buffers */
 } rec_t;
 
 typedef struct row {
@@ -109,17 +117,20 @@ typedef struct direct {
     ring__shpage_t page;
     row_t *row; /* in the page: one per rank */
     int declined;   /* a peer's buffer could not be mapped: no more offers */
-    uint64_t tick, ncalls;
+    uint64_t tick, ncalls, nones;
     map_t *maps;    /* nranks x MAPS */
     export_t exports[EXPORTS];
     int device;     /* of the mappings (one device per communicator's direct calls) */
+    int uuid_dev;   /* the device whose GPU uuid is cached (-1: none) */
+    unsigned char uuid[RING__CUDA_UUID_LEN];
     uint32_t pid;   /* this process, for the records (getpid() is a system call, once per call) */
     ring__cuda_event_t ev; /* made on the first direct call */
-    /* Per call, nranks each: the records read, which of them arrived, where each peer's
-     * sendbuf and recvbuf allocations are mapped here (own: unused). */
+    /* Per call, nranks each: the records read, which of them arrived, every rank's sendbuf
+     * and recvbuf as this process addresses them (own: the call's; peers': mapped, NULL where
+     * this rank does not touch them). */
     rec_t *recs;
     unsigned char *got;
-    void **sbase, **rbase;
+    void **sptr, **rptr;
 } direct_t;
 
 static void direct_free(direct_t *d)
@@ -128,8 +139,8 @@ static void direct_free(direct_t *d)
     free(d->maps);
     free(d->recs);
     free(d->got);
-    free(d->sbase);
-    free(d->rbase);
+    free(d->sptr);
+    free(d->rptr);
     free(d);
 }
 
@@ -153,14 +164,15 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
         d->maps = calloc(n * MAPS, sizeof *d->maps);
         d->recs = calloc(n, sizeof *d->recs);
         d->got = calloc(n, 1);
-        d->sbase = calloc(n, sizeof *d->sbase);
-        d->rbase = calloc(n, sizeof *d->rbase);
+        d->sptr = calloc(n, sizeof *d->sptr);
+        d->rptr = calloc(n, sizeof *d->rptr);
     }
-    if (!d || !d->maps || !d->recs || !d->got || !d->sbase || !d->rbase) {
+    if (!d || !d->maps || !d->recs || !d->got || !d->sptr || !d->rptr) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "direct CUDA IPC: out of memory");
         goto fail;
     }
     d->device = -1;
+    d->uuid_dev = -1;
     RING_CHECK(ring__shpage_open(comm, "direct", "direct CUDA IPC", n * sizeof(row_t), 0, &d->page));
     d->row = d->page.body;
     comm->cuda_direct = d;
@@ -188,6 +200,12 @@ uint64_t ring__cuda_direct_count(ring_comm_t *comm)
     return d ? d->ncalls : 0;
 }
 
+uint64_t ring__cuda_direct_one_count(ring_comm_t *comm)
+{
+    direct_t *d = comm->cuda_direct;
+    return d ? d->nones : 0;
+}
+
 /* ---------- records ---------- */
 
 static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->row[rank].rec[q % HIST]; }
@@ -200,7 +218,11 @@ static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const r
     ring__callrec_set(&r->c, op);
     r->kind = fill ? fill->kind : REC_HOST;
     r->pid = d->pid;
-    if (fill) memcpy(r->buf, fill->buf, sizeof r->buf);
+    if (fill) {
+        r->work = fill->work;
+        memcpy(r->buf, fill->buf, sizeof r->buf);
+        memcpy(r->gpu, fill->gpu, sizeof r->gpu);
+    }
     ring__callrec_publish(&r->c, op->seq);
 }
 
@@ -214,7 +236,9 @@ static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
         ring__callrec_copy(&out->c, &r->c);
         out->kind = r->kind;
         out->pid = r->pid;
+        out->work = r->work;
         memcpy(out->buf, r->buf, sizeof out->buf);
+        memcpy(out->gpu, r->gpu, sizeof out->gpu);
     }
     return st;
 }
@@ -378,56 +402,75 @@ static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, rec_t
     if (describe(d, op->sendbuf, &mine->buf[0], why, len)) return -1;
     if (!bcast && describe(d, op->recvbuf, &mine->buf[1], why, len)) return -1;
     if (!d->ev && ring__cuda_event_create(comm, &d->ev) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
+    if (d->uuid_dev != op->device) {
+        if (ring__cuda_device_uuid(comm, op->device, d->uuid) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
+        d->uuid_dev = op->device;
+    }
+    memcpy(mine->gpu, d->uuid, sizeof mine->gpu);
+    mine->work = comm->params.cuda_direct_work;
     mine->kind = REC_DEVICE;
     return 0;
 }
 
 static void *at(void *base, const buf_desc_t *b, size_t off) { return (unsigned char *)base + b->off + off; }
 
-/* The GPU work this rank queues between stage 1 and stage 2. */
-static ring_result_t queue_work(ring_comm_t *comm, const ring__opdesc_t *op, const rec_t *recs, void *const *sbase,
-                                void *const *rbase, ring__cuda_stream_t st)
+/*
+ * The GPU work of ranks [r0, r1)'s parts of the call (stage 2): r1 = r0 + 1 where every rank
+ * works its own part, [0, N) where rank 0 works them all. sptr/rptr: every rank's buffers
+ * as this process addresses them.
+ */
+static ring_result_t queue_work(ring_comm_t *comm, const ring__opdesc_t *op, int r0, int r1, void *const *sptr,
+                                void *const *rptr, ring__cuda_stream_t st)
 {
-    const int n = comm->nranks, me = comm->rank;
+    const int n = comm->nranks;
     const size_t es = ring_dtype_size(op->dtype), bytes = op->count * es;
-    const unsigned char *send = op->sendbuf;
-    unsigned char *recv = op->recvbuf;
     const void *srcs[RING__CUDA_MULTI_MAX];
     void *dsts[RING__CUDA_MULTI_MAX];
     ring_result_t rc = RING_OK;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE: {
-        /* Block `me` (16-byte aligned blocks) of every input, reduced once and written into
-         * every rank's recvbuf. */
+        /* Blocks r0..r1-1 (16-byte aligned blocks) of every input, reduced once and written
+         * into every rank's recvbuf: one kernel, whichever the range. */
         const size_t align = 16 / es;
         size_t blk = (op->count + (size_t)n - 1) / (size_t)n;
         blk = (blk + align - 1) / align * align;
-        const size_t lo = RING__MIN(blk * (size_t)me, op->count), hi = RING__MIN(blk * (size_t)(me + 1), op->count);
+        const size_t lo = RING__MIN(blk * (size_t)r0, op->count), hi = RING__MIN(blk * (size_t)r1, op->count);
         for (int p = 0; p < n; p++) {
-            srcs[p] = p == me ? send + lo * es : at(sbase[p], &recs[p].buf[0], lo * es);
-            dsts[p] = p == me ? recv + lo * es : at(rbase[p], &recs[p].buf[1], lo * es);
+            srcs[p] = (const unsigned char *)sptr[p] + lo * es;
+            dsts[p] = (unsigned char *)rptr[p] + lo * es;
         }
         RING_CHECK(ring__cuda_reduce_multi(comm, dsts, n, srcs, n, hi - lo, op->dtype, op->op, n, st));
         break;
     }
     case RING__COLL_REDUCE_SCATTER:
-        for (int p = 0; p < n; p++)
-            srcs[p] = p == me ? send + (size_t)me * bytes : at(sbase[p], &recs[p].buf[0], (size_t)me * bytes);
-        RING_CHECK(ring__cuda_reduce_multi(comm, (void *const *)&recv, 1, srcs, n, op->count, op->dtype, op->op, n, st));
-        break;
-    case RING__COLL_ALLGATHER:
-        for (int p = 0; p < n; p++) {
-            unsigned char *dst = recv + (size_t)p * bytes;
-            const void *src = p == me ? (const void *)send : at(sbase[p], &recs[p].buf[0], 0);
-            if (dst != src) RING_CHECK(ring__cuda_memcpy_async(comm, dst, src, bytes, st));
+        for (int r = r0; r < r1; r++) {
+            for (int p = 0; p < n; p++) srcs[p] = (const unsigned char *)sptr[p] + (size_t)r * bytes;
+            RING_CHECK(ring__cuda_reduce_multi(comm, &rptr[r], 1, srcs, n, op->count, op->dtype, op->op, n, st));
         }
         break;
-    default: /* broadcast */
-        if (me != op->root)
-            RING_CHECK(ring__cuda_memcpy_async(comm, recv, at(sbase[op->root], &recs[op->root].buf[0], 0), bytes, st));
+    case RING__COLL_ALLGATHER:
+        for (int r = r0; r < r1; r++)
+            for (int p = 0; p < n; p++) {
+                unsigned char *dst = (unsigned char *)rptr[r] + (size_t)p * bytes;
+                if (dst != sptr[p]) RING_CHECK(ring__cuda_memcpy_async(comm, dst, sptr[p], bytes, st));
+            }
+        break;
+    default: /* broadcast: one buffer per rank (sendbuf = recvbuf) */
+        for (int r = r0; r < r1; r++)
+            if (r != op->root) RING_CHECK(ring__cuda_memcpy_async(comm, sptr[r], sptr[op->root], bytes, st));
     }
 fail:
     return rc;
+}
+
+/* One GPU does the whole call's work where the ranks' buffers all live on one GPU: their
+ * processes' contexts would take turns on it anyway, each turn a context switch (RING_CUDA_DIRECT_WORK). */
+static int one_worker(const ring_comm_t *comm, const rec_t *recs)
+{
+    if (recs[0].work != RING__DIRECT_WORK_AUTO) return recs[0].work == RING__DIRECT_WORK_ONE;
+    for (int p = 1; p < comm->nranks; p++)
+        if (memcmp(recs[p].gpu, recs[0].gpu, sizeof recs[0].gpu)) return 0;
+    return 1;
 }
 
 ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *st, int *ran)
@@ -438,6 +481,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     rec_t mine;
     ring_result_t rc = RING_OK;
     char why[256] = "";
+    int idle = 0;
     *ran = 0;
     if (!d) return RING_OK;
     if (offer(d, comm, op, &mine, why, sizeof why)) {
@@ -447,10 +491,12 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
         return RING_OK;
     }
     const rec_t *recs = d->recs;
-    /* "Inputs ready": the staging stream is a blocking stream, so this follows the work
-     * queued before the call on the legacy default stream; waited for below, while the peers
-     * arrive. */
-    RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
+    /* "Inputs ready": the staging stream is a blocking stream, so an event on it follows the
+     * work queued before the call on the legacy default stream; waited for below, while the
+     * peers arrive. Where both queues are already empty, nothing is queued at all: a rank
+     * with no GPU work in the call then never takes a turn on the GPU. */
+    RING_CHECK(ring__cuda_stream_idle(comm, st, &idle));
+    if (!idle) RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
     rec_publish(d, me, op, &mine);
     /* Steps 0 and 1. */
     RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0));
@@ -464,15 +510,27 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
             goto fail; /* *ran = 0: the staged path, whose descriptors name any mismatch */
         }
     }
-    /* Step 2: the peers' allocations this rank reads or writes. */
+    const int one = one_worker(comm, recs), works = !one || me == 0;
+    /* Step 2: the peers' allocations this rank reads or writes: rank 0 working alone touches
+     * every buffer of the call; a rank working its part reads every sendbuf (broadcast: the
+     * root's) and, in an all-reduce, writes every recvbuf. */
     {
         int ok = 1;
-        for (int p = 0; p < n && ok; p++) {
-            if (p == me) continue;
-            const int need_send = coll == RING__COLL_BROADCAST ? p == op->root : 1;
-            const int need_recv = coll == RING__COLL_ALLREDUCE;
-            if (need_send && map_peer(d, p, recs[p].pid, &recs[p].buf[0], &d->sbase[p]) != RING_OK) ok = 0;
-            if (ok && need_recv && map_peer(d, p, recs[p].pid, &recs[p].buf[1], &d->rbase[p]) != RING_OK) ok = 0;
+        for (int p = 0; p < n; p++) {
+            d->sptr[p] = d->rptr[p] = NULL;
+            if (p == me) {
+                d->sptr[p] = (void *)op->sendbuf;
+                d->rptr[p] = op->recvbuf;
+                continue;
+            }
+            if (!works || !ok) continue;
+            const int need_send = coll == RING__COLL_BROADCAST && !one ? p == op->root : 1;
+            const int need_recv = coll != RING__COLL_BROADCAST && (one || coll == RING__COLL_ALLREDUCE);
+            void *base = NULL;
+            if (need_send && map_peer(d, p, recs[p].pid, &recs[p].buf[0], &base) != RING_OK) ok = 0;
+            else if (need_send) d->sptr[p] = at(base, &recs[p].buf[0], 0);
+            if (ok && need_recv && map_peer(d, p, recs[p].pid, &recs[p].buf[1], &base) != RING_OK) ok = 0;
+            else if (ok && need_recv) d->rptr[p] = at(base, &recs[p].buf[1], 0);
             if (!ok) {
                 snprintf(why, sizeof why, "%s", ring_comm_last_error(NULL));
                 RING_LOG(RING_LOG_WARN, RING_SUB_COLL, me,
@@ -483,20 +541,24 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
             }
         }
         /* Peers read this rank's buffers from stage 1 on: its inputs must be there. */
-        RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
+        if (!idle) RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
         RING_CHECK(stage(comm, d, op, 1));
         for (int p = 0; p < n; p++)
             if (atomic_load_explicit(&d->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
     }
     d->device = op->device;
     *ran = 1;
-    /* Steps 3 and 4: one kernel for all-reduce and reduce-scatter, copies for the others;
-     * once every rank's work finished, no rank's buffers are read or written any more. */
-    RING_CHECK(queue_work(comm, op, recs, d->sbase, d->rbase, st));
-    RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
-    RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
+    /* Steps 3 and 4: one kernel for all-reduce, one per part for reduce-scatter, copies for
+     * the others; once every rank's work finished, no rank's buffers are read or written any
+     * more. */
+    if (works) {
+        RING_CHECK(queue_work(comm, op, one ? 0 : me, one ? n : me + 1, d->sptr, d->rptr, st));
+        RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
+        RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
+    }
     RING_CHECK(stage(comm, d, op, 2));
     d->ncalls++;
+    d->nones += (uint64_t)one;
 fail:
     return rc;
 }

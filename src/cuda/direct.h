@@ -18,6 +18,12 @@ enum {
     RING__CUDA_IPC_ON = 1,    /* direct, and the ring's CUDA IPC links elsewhere (ipc.c: every rank promises device buffers) */
     RING__CUDA_IPC_RING = 2,  /* the ring's CUDA IPC links only */
 };
+/* Values of RING_CUDA_DIRECT_WORK (params.cuda_direct_work). */
+enum {
+    RING__DIRECT_WORK_AUTO = -1, /* one where every rank's buffers are on one GPU, else each */
+    RING__DIRECT_WORK_EACH = 0,  /* every rank queues the work of its block, on its own GPU */
+    RING__DIRECT_WORK_ONE = 1,   /* rank 0 queues the whole call's work; the others queue nothing */
+};
 static inline int ring__cuda_ipc_links(int mode) { return mode == RING__CUDA_IPC_ON || mode == RING__CUDA_IPC_RING; }
 static inline int ring__cuda_ipc_direct(int mode) { return mode == RING__CUDA_IPC_AUTO || mode == RING__CUDA_IPC_ON; }
 
@@ -39,7 +45,8 @@ void ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op);
  */
 ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *stream, int *ran);
 
-/* Tests: calls this communicator ran directly. */
+/* Tests: calls this communicator ran directly, and how many of them rank 0 alone worked. */
 uint64_t ring__cuda_direct_count(ring_comm_t *comm);
+uint64_t ring__cuda_direct_one_count(ring_comm_t *comm);
 
 #endif

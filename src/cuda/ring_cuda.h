@@ -94,6 +94,10 @@ ring_result_t ring__cuda_reduce_emulated(ring_comm_t *comm, void *dst, const voi
 /* Make dev the calling thread's current device (cudaSetDevice); read it (cudaGetDevice). */
 ring_result_t ring__cuda_set_device(ring_comm_t *comm, int dev);
 ring_result_t ring__cuda_get_device(ring_comm_t *comm, int *dev);
+/* The physical GPU behind device dev (cudaDeviceProp.uuid): equal across processes for one
+ * GPU, whatever CUDA_VISIBLE_DEVICES numbers it. The emulated GPU is one GPU for all. */
+#define RING__CUDA_UUID_LEN 16
+ring_result_t ring__cuda_device_uuid(ring_comm_t *comm, int dev, unsigned char *uuid);
 
 /* Page-locked host memory (cudaHostAlloc, portable: usable from every device's streams). */
 ring_result_t ring__cuda_host_alloc(ring_comm_t *comm, size_t bytes, void **p);
@@ -112,6 +116,12 @@ ring_result_t ring__cuda_stream_create(ring_comm_t *comm, ring__cuda_stream_t *s
 void ring__cuda_stream_destroy(ring__cuda_stream_t s); /* NULL is a no-op */
 /* Wait for everything queued on s. */
 ring_result_t ring__cuda_stream_sync(ring_comm_t *comm, ring__cuda_stream_t s);
+/*
+ * *idle = 1 when everything queued on s and on the legacy default stream has finished
+ * (cudaStreamQuery on both), else 0. Queues nothing: a rank that only needs to know that its
+ * inputs are written does not make its context compete for the GPU (direct.c).
+ */
+ring_result_t ring__cuda_stream_idle(ring_comm_t *comm, ring__cuda_stream_t s, int *idle);
 
 /* Events without timing (cudaEventDisableTiming): cheap markers in a stream. */
 ring_result_t ring__cuda_event_create(ring_comm_t *comm, ring__cuda_event_t *e);

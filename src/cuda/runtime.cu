@@ -249,6 +249,20 @@ extern "C" ring_result_t ring__cuda_get_device(ring_comm_t *comm, int *dev)
     return RING_OK;
 }
 
+extern "C" ring_result_t ring__cuda_device_uuid(ring_comm_t *comm, int dev, unsigned char *uuid)
+{
+    memset(uuid, 0, RING__CUDA_UUID_LEN);
+    if (emu_on) {
+        memcpy(uuid, "emulated GPU", 12);
+        return RING_OK;
+    }
+    cudaDeviceProp p;
+    CU_CHECK(comm, cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+    static_assert(sizeof p.uuid.bytes == RING__CUDA_UUID_LEN, "cudaUUID_t is 16 bytes");
+    memcpy(uuid, p.uuid.bytes, RING__CUDA_UUID_LEN);
+    return RING_OK;
+}
+
 extern "C" ring_result_t ring__cuda_host_alloc(ring_comm_t *comm, size_t bytes, void **p)
 {
     *p = NULL;
@@ -336,6 +350,28 @@ extern "C" ring_result_t ring__cuda_stream_sync(ring_comm_t *comm, ring__cuda_st
         return RING_OK;
     }
     CU_CHECK(comm, cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return RING_OK;
+}
+
+extern "C" ring_result_t ring__cuda_stream_idle(ring_comm_t *comm, ring__cuda_stream_t s, int *idle)
+{
+    if (emu_on) {
+        EmuLock l;
+        EmuStream *e = emu_stream(s);
+        *idle = e->done >= e->enq && emu_null.done >= emu_null.enq;
+        return RING_OK;
+    }
+    *idle = 0;
+    const cudaStream_t qs[2] = {s, cudaStreamLegacy};
+    for (int i = 0; i < 2; i++) {
+        cudaError_t r = cudaStreamQuery(qs[i]);
+        if (r == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* not an error; keep the slot clean */
+            return RING_OK;
+        }
+        if (r != cudaSuccess) return ring__cuda_error(comm, (int)r, "cudaStreamQuery");
+    }
+    *idle = 1;
     return RING_OK;
 }
 
