@@ -23,6 +23,8 @@
  * --expect-work one|each  with --expect-direct: fail unless every direct call was worked by
  *            rank 0 alone (one: all ranks' buffers on one GPU, or RING_CUDA_DIRECT_WORK=one)
  *            / by every rank for its part (each).
+ * --work-split  odd ranks set RING_CUDA_DIRECT_WORK=each, even ranks one, before init: rank
+ *            0's setting must decide for every rank (with --expect-work one).
  * --direct-dies   the last rank leaves (exit 0, no ring_comm_destroy) just before a direct
  *            all-reduce: the others must return an error within 10 s, none may hang.
  * --direct-mismatch  rank 0 passes one element more than the others to a device all-reduce:
@@ -193,7 +195,7 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
 int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
-        direct_mismatch = 0, expect_one = -1;
+        direct_mismatch = 0, expect_one = -1, work_split = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -206,12 +208,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--expect-no-direct")) expect_direct = 0;
         else if (!strcmp(argv[i], "--direct-dies")) direct_dies = 1;
         else if (!strcmp(argv[i], "--direct-mismatch")) direct_mismatch = 1;
+        else if (!strcmp(argv[i], "--work-split")) work_split = 1;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
         else {
             fprintf(stderr,
                     "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed] [--expect-gdr | --expect-no-gdr]\n"
-                    "       [--expect-direct | --expect-no-direct] [--expect-work one|each] [--direct-dies] [--direct-mismatch]\n",
+                    "       [--expect-direct | --expect-no-direct] [--expect-work one|each] [--work-split] [--direct-dies]\n"
+                    "       [--direct-mismatch]\n",
                     argv[0]);
             return 2;
         }
@@ -234,6 +238,10 @@ int main(int argc, char **argv)
     } else if (!ring__cuda_usable(why, sizeof why)) {
         printf("SKIP: no usable GPU: %s\n", why);
         return 77;
+    }
+    if (work_split) {
+        const char *r = getenv("RING_RANK");
+        setenv("RING_CUDA_DIRECT_WORK", r && atoi(r) % 2 ? "each" : "one", 1);
     }
     ring_comm_t *comm = NULL;
     ring_result_t rc = ring_comm_init_env(&comm);

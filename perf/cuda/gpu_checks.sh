@@ -62,7 +62,7 @@ while [ $# -gt 0 ]; do
     --no-build) no_build=1; shift ;;
     --no-bench) steps=${steps//bench/}; shift ;;
     --no-sanitizer) steps=${steps//sanitizer/}; shift ;;
-    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "gpu_checks.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
