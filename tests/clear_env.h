@@ -13,18 +13,19 @@ extern char **environ;
 
 static void clear_ring_env(void)
 {
-    char names[64][64];
-    int n = 0;
-    /* Collected first: unsetenv while walking environ would skip entries. */
-    for (char **e = environ; *e && n < 64; e++) {
-        if (strncmp(*e, "RING_", 5) != 0 || strncmp(*e, "RING_TEST_", 10) == 0 || strncmp(*e, "RING_DEBUG", 10) == 0)
-            continue;
-        size_t len = strcspn(*e, "=");
-        if (len >= sizeof names[0]) continue;
-        memcpy(names[n], *e, len);
-        names[n++][len] = '\0';
+    /* One name at a time, the walk restarted after each unsetenv (which moves environ's
+     * entries): no cap on how many there are. */
+    for (;;) {
+        char name[128] = "";
+        for (char **e = environ; *e && !name[0]; e++) {
+            if (strncmp(*e, "RING_", 5) != 0 || strncmp(*e, "RING_TEST_", 10) == 0 || strncmp(*e, "RING_DEBUG", 10) == 0)
+                continue;
+            size_t len = strcspn(*e, "=");
+            if (len < sizeof name) memcpy(name, *e, len), name[len] = '\0';
+        }
+        if (!name[0]) return;
+        unsetenv(name);
     }
-    for (int i = 0; i < n; i++) unsetenv(names[i]);
 }
 
 #endif

@@ -56,7 +56,6 @@
 #include "watch.h"
 #include "wire.h"
 
-
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define UNDER_SANITIZER 1
 #elif defined(__has_feature)

@@ -109,16 +109,12 @@ gbps() { awk -v m="$1" 'BEGIN { printf "%.4f", m * 1048576 / 1e9 }'; }  # MiB/s 
 # the QP's ACK timeout (67 ms at timeout 14), which is what an outlier run looks like; the
 # delta says whether that is what happened. Devices without hw_counters print nothing.
 cdir=/sys/class/infiniband/$dev/ports/1/hw_counters
-declare -A c0
-snap() { local f; c0=(); [ -d "$cdir" ] || return 0; for f in "$cdir"/*; do c0[${f##*/}]=$(cat "$f" 2>/dev/null || echo 0); done; }
+counter_values() { local f; for f in "$cdir"/*; do echo "${f##*/} $(cat "$f" 2>/dev/null || echo 0)"; done; }
+snap() { [ -d "$cdir" ] || return 0; counter_values > "$tmp/counters0"; }
 counters() { # label: print the nonzero deltas since snap
-  local f n v d out=
   [ -d "$cdir" ] || return 0
-  for f in "$cdir"/*; do
-    n=${f##*/}; v=$(cat "$f" 2>/dev/null || echo 0); d=$((v - ${c0[$n]:-0}))
-    if [ "$d" -ne 0 ]; then out+=" $n +$d"; fi
-  done
-  echo "#   $dev counters during $1:${out:- none changed}"
+  echo "#   $dev counters during $1:$(counter_values | awk 'NR == FNR { c[$1] = $2; next }
+    $2 != c[$1] { printf " %s +%d", $1, $2 - c[$1]; n++ } END { if (!n) printf " none changed" }' "$tmp/counters0" -)"
 }
 mtu=$(ibv_devinfo -d "$dev" 2>/dev/null | awk '$1 == "active_mtu:" {print $2; exit}')
 

@@ -84,12 +84,17 @@ typedef struct buf_desc {
     unsigned char handle[RING__CUDA_IPC_HANDLE_LEN];
 } buf_desc_t;
 
-typedef struct rec {
-    ring__callrec_t c;
+/* What a rank says about its part in a call, copied whole in and out of the page. */
+typedef struct offer {
     uint32_t kind, pid;
     int32_t work; /* this rank's RING_CUDA_DIRECT_WORK: rank 0's decides, so all decide alike */
     buf_desc_t buf[2]; /* sendbuf, recvbuf */
     unsigned char gpu[RING__CUDA_UUID_LEN]; /* the physical GPU of the buffers */
+} offer_t;
+
+typedef struct rec {
+    ring__callrec_t c;
+    offer_t o;
 } rec_t;
 
 typedef struct row {
@@ -210,19 +215,15 @@ uint64_t ring__cuda_direct_one_count(ring_comm_t *comm)
 
 static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->row[rank].rec[q % HIST]; }
 
-static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const rec_t *fill)
+static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const offer_t *fill)
 {
     /* The slot held call seq - HIST, which every rank has finished with (no rank is HIST
      * calls ahead of another): readers look at the fields only after seeing seq + 1. */
     rec_t *r = rec_of(d, rank, op->seq);
     ring__callrec_set(&r->c, op);
-    r->kind = fill ? fill->kind : REC_HOST;
-    r->pid = d->pid;
-    if (fill) {
-        r->work = fill->work;
-        memcpy(r->buf, fill->buf, sizeof r->buf);
-        memcpy(r->gpu, fill->gpu, sizeof r->gpu);
-    }
+    if (fill) r->o = *fill;
+    else r->o.kind = REC_HOST; /* readers look no further: the host path's store stays small */
+    r->o.pid = d->pid;
     ring__callrec_publish(&r->c, op->seq);
 }
 
@@ -234,11 +235,7 @@ static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
     int st = ring__callrec_state(&r->c, q);
     if (st == 1) {
         ring__callrec_copy(&out->c, &r->c);
-        out->kind = r->kind;
-        out->pid = r->pid;
-        out->work = r->work;
-        memcpy(out->buf, r->buf, sizeof out->buf);
-        memcpy(out->gpu, r->gpu, sizeof out->gpu);
+        out->o = r->o;
     }
     return st;
 }
@@ -390,7 +387,7 @@ static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t 
 /* ---------- the call ---------- */
 
 /* Does this rank offer the path for op? Fills its record; 0 yes, else why in why. */
-static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, rec_t *mine, char *why, size_t len)
+static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, offer_t *mine, char *why, size_t len)
 {
     memset(mine, 0, sizeof *mine);
     mine->kind = REC_DECLINE;
@@ -467,9 +464,9 @@ fail:
  * processes' contexts would take turns on it anyway, each turn a context switch (RING_CUDA_DIRECT_WORK). */
 static int one_worker(const ring_comm_t *comm, const rec_t *recs)
 {
-    if (recs[0].work != RING__DIRECT_WORK_AUTO) return recs[0].work == RING__DIRECT_WORK_ONE;
+    if (recs[0].o.work != RING__DIRECT_WORK_AUTO) return recs[0].o.work == RING__DIRECT_WORK_ONE;
     for (int p = 1; p < comm->nranks; p++)
-        if (memcmp(recs[p].gpu, recs[0].gpu, sizeof recs[0].gpu)) return 0;
+        if (memcmp(recs[p].o.gpu, recs[0].o.gpu, sizeof recs[0].o.gpu)) return 0;
     return 1;
 }
 
@@ -478,7 +475,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     direct_t *d = comm->cuda_direct;
     const int n = comm->nranks, me = comm->rank;
     const ring__coll_t coll = op->coll;
-    rec_t mine;
+    offer_t mine;
     ring_result_t rc = RING_OK;
     char why[256] = "";
     int idle = 0;
@@ -501,11 +498,11 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     /* Steps 0 and 1. */
     RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0));
     for (int p = 0; p < n; p++) {
-        if (recs[p].kind != REC_DEVICE || !ring__callrec_same(&recs[p].c, &recs[me].c)) {
+        if (recs[p].o.kind != REC_DEVICE || !ring__callrec_same(&recs[p].c, &recs[me].c)) {
             RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: rank %d %s", ring__coll_name(coll),
                      (unsigned long long)op->seq, p,
-                     recs[p].kind == REC_HOST      ? "has host buffers"
-                     : recs[p].kind == REC_DECLINE ? "declined"
+                     recs[p].o.kind == REC_HOST      ? "has host buffers"
+                     : recs[p].o.kind == REC_DECLINE ? "declined"
                                                    : "runs another call");
             goto fail; /* *ran = 0: the staged path, whose descriptors name any mismatch */
         }
@@ -527,10 +524,10 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
             const int need_send = coll == RING__COLL_BROADCAST && !one ? p == op->root : 1;
             const int need_recv = coll != RING__COLL_BROADCAST && (one || coll == RING__COLL_ALLREDUCE);
             void *base = NULL;
-            if (need_send && map_peer(d, p, recs[p].pid, &recs[p].buf[0], &base) != RING_OK) ok = 0;
-            else if (need_send) d->sptr[p] = at(base, &recs[p].buf[0], 0);
-            if (ok && need_recv && map_peer(d, p, recs[p].pid, &recs[p].buf[1], &base) != RING_OK) ok = 0;
-            else if (ok && need_recv) d->rptr[p] = at(base, &recs[p].buf[1], 0);
+            if (need_send && map_peer(d, p, recs[p].o.pid, &recs[p].o.buf[0], &base) != RING_OK) ok = 0;
+            else if (need_send) d->sptr[p] = at(base, &recs[p].o.buf[0], 0);
+            if (ok && need_recv && map_peer(d, p, recs[p].o.pid, &recs[p].o.buf[1], &base) != RING_OK) ok = 0;
+            else if (ok && need_recv) d->rptr[p] = at(base, &recs[p].o.buf[1], 0);
             if (!ok) {
                 snprintf(why, sizeof why, "%s", ring_comm_last_error(NULL));
                 RING_LOG(RING_LOG_WARN, RING_SUB_COLL, me,
