@@ -30,10 +30,12 @@ ip netns del "$probe"
 trap - EXIT
 
 out=$(mktemp "${TMPDIR:-/tmp}/netns_smoke.XXXXXX")
-trap 'rm -f "$out"' EXIT
+logs=$(mktemp -d "${TMPDIR:-/tmp}/netns_smoke_logs.XXXXXX")
+trap 'rm -rf "$out" "$logs"' EXIT
 prefix=rcbt$$-
 rc=0
-"$bed" -n 3 --timeout 45 --prefix "$prefix" -- "$ring_perf" -C allreduce -b 4 -e 1M -f 16 -n 3 -w 1 -c 1 >"$out" || rc=$?
+RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE="$logs/rank.%p.log" \
+    "$bed" -n 3 --timeout 45 --prefix "$prefix" -- "$ring_perf" -C allreduce -b 4 -e 1M -f 16 -n 3 -w 1 -c 1 >"$out" || rc=$?
 cat "$out"
 if ((rc != 0)); then
     echo "FAIL: netns-bed: bed.sh exited with status $rc" >&2
@@ -49,6 +51,14 @@ grep -q '^# Out of bounds values : 0 OK' "$out" || { echo "FAIL: netns-bed: wron
 # The namespaces share one kernel: only TCP crosses the shaped links (bed.sh forces it).
 grep -q '^# transport (rank 0.s ring edges): from the left tcp, to the right tcp' "$out" ||
     { echo "FAIL: netns-bed: the ranks did not talk TCP over the links" >&2; exit 1; }
+# Between hosts RING_TCP_CONGESTION=auto leaves the system's algorithm (new namespaces start
+# with the host's default); only connections inside one host get CUBIC. Both the connecting and
+# the accepting side of every connection log what their sockets use.
+sys_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control)
+ncc=$(cat "$logs"/rank.*.log 2>/dev/null | grep -c 'congestion control ')
+other=$(cat "$logs"/rank.*.log 2>/dev/null | grep 'congestion control ' | grep -v "congestion control $sys_cc\b" | head -n 3)
+((ncc >= 6)) || { echo "FAIL: netns-bed: expected every rank to log its TCP connections' congestion control, found $ncc lines" >&2; exit 1; }
+[[ -z $other ]] || { echo "FAIL: netns-bed: connections between hosts should keep the system's $sys_cc: $other" >&2; exit 1; }
 left=$(ip netns list | awk -v p="$prefix" 'index($1, p) == 1 { print $1 }')
 [[ -z $left ]] || { echo "FAIL: netns-bed: namespaces left behind: $left" >&2; exit 1; }
-echo "PASS: netns-bed: $rows sizes over 3 namespaces"
+echo "PASS: netns-bed: $rows sizes over 3 namespaces, $ncc connections with the system's congestion control $sys_cc"

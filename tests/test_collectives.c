@@ -65,7 +65,7 @@ typedef struct {
     int second_root; /* threads scenario: a second communicator needs its own root port */
     int kill_ok;     /* faults scenario: a rank that SIGKILLed itself (left kill.<r>) is fine */
     const char *hosts; /* "a,b,a": RING_HOST_ID of rank 0, 1, 2 (stand-in host identities) */
-    int log_init;      /* RING_DEBUG=INFO for INIT into <outdir>/init.<rank> */
+    int log_init;      /* RING_DEBUG=INFO for INIT and NET into <outdir>/init.<rank> */
 } job_t;
 
 static int read_outfile(const char *dir, const char *name, char *buf, size_t len);
@@ -250,7 +250,7 @@ static void run_job_once(const job_t *job, job_result_t *res)
         }
         if (job->log_init) {
             e[k++] = xasprintf("RING_DEBUG=INFO");
-            e[k++] = xasprintf("RING_DEBUG_SUBSYS=INIT");
+            e[k++] = xasprintf("RING_DEBUG_SUBSYS=INIT,NET");
             e[k++] = xasprintf("RING_DEBUG_FILE=%s/init.%d", res->outdir, r);
         }
         /* In sanitizer builds undefined behaviour in any rank must fail the test, not scroll
@@ -734,6 +734,96 @@ Test(collectives, tcp_duplex_differs_fails_on_both_ranks, .timeout = 120)
     static const char *const odd[] = {"RING_TCP_DUPLEX=0", NULL};
     job_t job = {.nranks = 2, .seed = seed_for(0xd402), .env = env, .env_odd = odd};
     run_initfail_job(&job, "RING_TCP_DUPLEX differs");
+}
+
+/* ---- TCP congestion control (RING_TCP_CONGESTION) ---- */
+
+/* The first line of a /proc/sys file, or "" */
+static void read_sysctl(const char *path, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(out, (int)len, f)) out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static int word_in(const char *list, const char *w)
+{
+    size_t n = strlen(w);
+    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
+        if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ')) return 1;
+    return 0;
+}
+
+/* Three ranks over TCP on loopback: every connection's INFO line must name `want` as its
+ * congestion control (read back from the socket), and the results must be right. */
+static void run_cc_job(const char *setting, const char *want, uint64_t seed)
+{
+    char var[64];
+    snprintf(var, sizeof var, "RING_TCP_CONGESTION=%s", setting);
+    const char *const env[] = {"RING_TRANSPORT=tcp", var, NULL};
+    job_t job = {.scenario = "float_random", .nranks = 3, .seed = seed_for(seed), .deadline_s = 120, .env = env,
+                 .log_init = 1};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    char bad[1100] = "";
+    int seen[3] = {0};
+    for (int r = 0; r < 3 && !bad[0]; r++) {
+        char path[512], line[1024];
+        snprintf(path, sizeof path, "%s/init.%d", res.outdir, r);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        while (fgets(line, sizeof line, f) && !bad[0]) {
+            const char *p = strstr(line, "congestion control ");
+            if (!p) continue;
+            p += strlen("congestion control ");
+            if (strncmp(p, want, strlen(want)) != 0 || (p[strlen(want)] != ' ' && p[strlen(want)] != '\n'))
+                snprintf(bad, sizeof bad, "rank %d: %s", r, line);
+            seen[r]++;
+        }
+        fclose(f);
+    }
+    remove_outdir(res.outdir);
+    cr_assert(!bad[0], "RING_TCP_CONGESTION=%s: expected %s, got %s", setting, want, bad);
+    for (int r = 0; r < 3; r++)
+        cr_assert(seen[r] >= 2, "rank %d logged %d TCP connections with their congestion control (expected its two "
+                  "ring neighbours' at least)", r, seen[r]);
+}
+
+/* Reno is in every kernel and allowed to every process. */
+Test(tcp, congestion_control_named_is_used, .timeout = 180) { run_cc_job("reno", "reno", 0xcc01); }
+
+/* Connections that stay inside the host use CUBIC under auto (the default), whatever the
+ * system's default is: there is no network to share, and BBR's pacing slowed them down. */
+Test(tcp, congestion_control_auto_inside_host_is_cubic, .timeout = 180)
+{
+    char avail[256], allowed[256];
+    read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control", avail, sizeof avail);
+    read_sysctl("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof allowed);
+    if (!word_in(avail, "cubic") || (geteuid() != 0 && !word_in(allowed, "cubic"))) {
+        fprintf(stderr, "[tcp cc auto] skipped: cubic is not available (%s) or not allowed (%s) here\n", avail, allowed);
+        cr_skip_test("cubic not available");
+    }
+    run_cc_job("auto", "cubic", 0xcc02);
+}
+
+Test(tcp, congestion_control_system_keeps_the_default, .timeout = 180)
+{
+    char sys[64];
+    read_sysctl("/proc/sys/net/ipv4/tcp_congestion_control", sys, sizeof sys);
+    cr_assert(sys[0], "cannot read /proc/sys/net/ipv4/tcp_congestion_control");
+    run_cc_job("system", sys, 0xcc03);
+}
+
+/* A name the kernel does not know fails init on every rank, naming the setting and what the
+ * kernel has. */
+Test(tcp, congestion_control_unknown_fails_on_every_rank, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TRANSPORT=tcp", "RING_TCP_CONGESTION=no-such-cc", NULL};
+    run_initfail(3, env, "RING_TCP_CONGESTION=\"no-such-cc\": the kernel refused TCP congestion control no-such-cc");
 }
 
 /* Without a usable segment directory, auto keeps TCP (and says so at WARN); shm refuses. */

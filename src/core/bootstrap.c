@@ -426,7 +426,7 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
             goto fail;
         }
         int cfd = -1;
-        int e = ring__connect_start(root, &cfd);
+        int cc_err, e = ring__connect_start(root, NULL, &cfd, &cc_err);
         if (!e) {
             struct pollfd pf[2] = {{.fd = cfd, .events = POLLOUT}, {.fd = comm->wake_fd, .events = POLLIN}};
             int64_t left = deadline - ring__now_ns();

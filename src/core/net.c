@@ -186,10 +186,19 @@ ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse,
     return RING_OK;
 }
 
-int ring__connect_start(const ring__sockaddr_t *addr, int *fdp)
+int ring__connect_start(const ring__sockaddr_t *addr, const char *cc, int *fdp, int *cc_err)
 {
+    *cc_err = 0;
     int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
+    /* Before connect: an algorithm is set up when the connection is, and one that asks for
+     * pacing (BBR) leaves the socket paced even after a later switch. */
+    int e = cc ? ring__sock_set_cc(fd, cc) : 0;
+    if (e) {
+        close(fd);
+        *cc_err = e;
+        return e;
+    }
     if (connect(fd, (const struct sockaddr *)&addr->ss, addr->len) != 0 && errno != EINPROGRESS) {
         int e = errno;
         close(fd);
@@ -233,6 +242,48 @@ int ring__connect_check(int fd)
         same_endpoint(&me, &peer))
         return -ECONNREFUSED;
     return 1;
+}
+
+int ring__addr_is_local(const ring__sockaddr_t *a)
+{
+    if (a->ss.ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)&a->ss;
+        if ((ntohl(s->sin_addr.s_addr) >> 24) == 127) return 1;
+    } else if (a->ss.ss_family == AF_INET6) {
+        const struct in6_addr *x = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127)) return 1;
+    } else {
+        return 0;
+    }
+    /* The kernel routes an address of its own through the loopback device, with that same
+     * address as the source: ask for the route with a connected UDP socket (nothing is sent). */
+    int fd = socket(a->ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    ring__sockaddr_t me = {.len = sizeof me.ss};
+    int local = connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0 &&
+                getsockname(fd, (struct sockaddr *)&me.ss, &me.len) == 0 && me.ss.ss_family == a->ss.ss_family;
+    if (local && a->ss.ss_family == AF_INET)
+        local = ((const struct sockaddr_in *)&me.ss)->sin_addr.s_addr ==
+                ((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr;
+    else if (local)
+        local = !memcmp(&((const struct sockaddr_in6 *)&me.ss)->sin6_addr,
+                        &((const struct sockaddr_in6 *)&a->ss)->sin6_addr, sizeof(struct in6_addr));
+    close(fd);
+    return local;
+}
+
+int ring__sock_set_cc(int fd, const char *name)
+{
+    return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) == 0 ? 0 : errno;
+}
+
+const char *ring__sock_cc(int fd, char *buf, size_t len)
+{
+    char n[32] = "";
+    socklen_t l = sizeof n - 1;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, n, &l) != 0 || !n[0]) snprintf(n, sizeof n, "?");
+    snprintf(buf, len, "%s", n);
+    return buf;
 }
 
 void ring__sock_tune(int fd, size_t bufbytes)

@@ -32,11 +32,22 @@ ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring
 /* Non-blocking listening socket. port_lo..port_hi (0,0 = the address's port as given). */
 ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
                            int port_hi, int *fd);
-/* Start a non-blocking connect. 0 = connected or in progress; else errno. */
-int ring__connect_start(const ring__sockaddr_t *addr, int *fd);
+/* Start a non-blocking connect, with TCP congestion control cc (NULL: the system's) chosen
+ * before the handshake. 0 = connected or in progress; else errno, which is also in *cc_err
+ * when it was the congestion control's (see ring__sock_set_cc). */
+int ring__connect_start(const ring__sockaddr_t *addr, const char *cc, int *fd, int *cc_err);
 /* Has the non-blocking connect on fd finished? 1 yes, 0 not yet, -errno on failure (a socket
  * connected to itself is -ECONNREFUSED). */
 int ring__connect_check(int fd);
+/* Whether traffic to a stays inside this host's network stack (this namespace's loopback
+ * device): a loopback address, or an address of this namespace's own interfaces, which the
+ * kernel routes to itself. 0 for anything else, and when the route cannot be looked up. */
+int ring__addr_is_local(const ring__sockaddr_t *a);
+/* TCP congestion control of fd: set it (0 or errno: ENOENT not in this kernel, EPERM not in
+ * net.ipv4.tcp_allowed_congestion_control for a process without CAP_NET_ADMIN), or read it
+ * into buf ("?" when it cannot be read). */
+int ring__sock_set_cc(int fd, const char *name);
+const char *ring__sock_cc(int fd, char *buf, size_t len);
 /* TCP_NODELAY, keepalive, optional buffer sizes. */
 void ring__sock_tune(int fd, size_t bufbytes);
 int ring__set_nonblock(int fd);

@@ -195,6 +195,22 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     v = 1;
     RING_CHECK(env_int("RING_TCP_DUPLEX", 0, 1, &v));
     p->tcp_duplex = (int)v;
+    snprintf(p->tcp_cc, sizeof p->tcp_cc, "auto");
+    const char *cc = getenv("RING_TCP_CONGESTION");
+    if (cc && *cc) {
+        /* The kernel's names (TCP_CA_NAME_MAX is 16 with the NUL): whether this one exists
+         * and may be used shows when the first socket asks for it. */
+        size_t n = strlen(cc);
+        int ok = n < sizeof p->tcp_cc;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)cc[i]) || cc[i] == '_' || cc[i] == '-';
+        if (!ok)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                "RING_TCP_CONGESTION=\"%s\": expected auto, system or the name of a TCP congestion "
+                                "control algorithm (at most %zu letters, digits, _ or -)",
+                                cc, sizeof p->tcp_cc - 1);
+        snprintf(p->tcp_cc, sizeof p->tcp_cc, "%s", cc);
+    }
     v = RING__DEFAULT_PIPELINE_DEPTH;
     RING_CHECK(env_int("RING_PIPELINE_DEPTH", 1, RING__MAX_PIPELINE_DEPTH, &v));
     p->pipeline_depth = (int)v;

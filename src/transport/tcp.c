@@ -24,6 +24,9 @@
  * sides derive the same cut from the length, which the receiver knows (lengths must match
  * exactly; the header is checked before the message completes).
  *
+ * Congestion control (RING_TCP_CONGESTION, cc_init): chosen per socket before its handshake,
+ * on the connecting socket and on the listener, whose algorithm accepted sockets inherit.
+ *
  * Every socket has a FIFO of pending pieces; progress() drains each FIFO with one
  * sendmsg/recvmsg over up to 16 queued pieces, so many small messages cost one syscall, and
  * sends and receives on all sockets are driven together, so no message size can deadlock.
@@ -65,6 +68,10 @@ typedef struct tcp_ctx {
     ring_comm_t *comm;
     int nsocks;
     size_t sockbuf;
+    /* Congestion control for connections that stay inside this host and for the others;
+     * NULL: the system's (sys_cc, which a remote socket taken from the listener gets back). */
+    const char *cc_local, *cc_remote;
+    char cc_name[16], sys_cc[16];
     struct pconn *connecting; /* connections being established, by peer */
     tcp_listen *l;            /* this rank's listener: a duplex pair's higher rank takes its sockets there */
     bundle **bundles;         /* duplex bundles, by peer; NULL until made */
@@ -120,6 +127,7 @@ struct tcp_req {
 typedef struct pconn {
     int peer;
     ring__sockaddr_t addr;
+    const char *cc; /* congestion control for its sockets (NULL: the system's) */
     int fds[RING__MAX_NSOCKS];
     int duplex;
     /* 0 connecting, 1 sending handshake, 2 waiting for the accept word (duplex), 3 done */
@@ -155,6 +163,54 @@ struct tcp_listen {
     int nranks;
 };
 
+/*
+ * RING_TCP_CONGESTION. auto: connections that stay inside this host use CUBIC, the others the
+ * system's algorithm. Inside a host there is no network to share, and BBR, the default on
+ * many tuned hosts, paces every socket at the rate it has measured: after a stream that
+ * measured less than a burst could go, a 2-rank 1 MiB all-reduce on the 2-core VM took
+ * 700-1000 us instead of 200-300 (docs/performance.md, 2026-11-26 (7)). system: every connection
+ * keeps the system's; a name: every connection uses it.
+ */
+static void cc_init(tcp_ctx *ctx)
+{
+    const char *v = ctx->comm->params.tcp_cc;
+    snprintf(ctx->sys_cc, sizeof ctx->sys_cc, "?");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        ring__sock_cc(fd, ctx->sys_cc, sizeof ctx->sys_cc);
+        close(fd);
+    }
+    if (!strcmp(v, "system")) return;
+    if (!strcmp(v, "auto")) {
+        if (strcmp(ctx->sys_cc, "cubic") != 0) ctx->cc_local = "cubic";
+        return;
+    }
+    snprintf(ctx->cc_name, sizeof ctx->cc_name, "%s", v);
+    ctx->cc_local = ctx->cc_remote = ctx->cc_name;
+}
+
+/* A named algorithm the kernel refuses is a configuration error: say what it offers. */
+static ring_result_t cc_error(ring_comm_t *comm, int err, const char *name)
+{
+    char avail[256] = "?", allowed[256] = "?";
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_congestion_control", "r");
+    if (f) {
+        if (!fgets(avail, sizeof avail, f)) snprintf(avail, sizeof avail, "?");
+        fclose(f);
+    }
+    f = fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "r");
+    if (f) {
+        if (!fgets(allowed, sizeof allowed, f)) snprintf(allowed, sizeof allowed, "?");
+        fclose(f);
+    }
+    avail[strcspn(avail, "\n")] = 0;
+    allowed[strcspn(allowed, "\n")] = 0;
+    return ring__seterr_errno(comm, RING_ERR_INVALID_ARG, err,
+                              "RING_TCP_CONGESTION=\"%s\": the kernel refused TCP congestion control %s (this kernel "
+                              "has: %s; allowed without CAP_NET_ADMIN: %s)",
+                              comm->params.tcp_cc, name, avail, allowed);
+}
+
 static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
 {
     tcp_ctx *ctx = calloc(1, sizeof *ctx);
@@ -162,6 +218,7 @@ static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
     ctx->comm = comm;
     ctx->nsocks = comm->params.nsocks;
     ctx->sockbuf = comm->params.sockbuf_bytes;
+    cc_init(ctx);
     ctx->bundles = calloc((size_t)comm->nranks, sizeof *ctx->bundles);
     if (!ctx->bundles) {
         free(ctx);
@@ -241,7 +298,19 @@ static ring_result_t tcp_listen_open(void *vctx, ring__tp_addr_t *addr, void **l
     memcpy(&l->addr.ss, &comm->data_addr, comm->data_addr_len);
     l->addr.len = comm->data_addr_len;
     ring_result_t rc = ring__listen(comm, &l->addr, 0, comm->params.port_lo, comm->params.port_hi, &l->fd);
+    /* Accepted sockets start with the listener's algorithm, set up at their handshake: the one
+     * for this host's connections (auto) or the named one; listen_pump gives remote sockets of
+     * auto the system's back. */
+    int e = rc == RING_OK && ctx->cc_local ? ring__sock_set_cc(l->fd, ctx->cc_local) : 0;
+    if (e && ctx->cc_remote) {
+        rc = cc_error(comm, e, ctx->cc_local);
+    } else if (e) {
+        RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank,
+                 "tcp: connections inside this host keep %s: cubic was refused (%s)", ctx->sys_cc, strerror(e));
+        ctx->cc_local = NULL;
+    }
     if (rc != RING_OK) {
+        if (l->fd >= 0) close(l->fd);
         free(l->fds);
         free(l->have);
         free(l);
@@ -323,6 +392,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
             free(pc);
             return ring__seterr(comm, RING_ERR_PROTOCOL, "tcp: malformed address for rank %d", peer);
         }
+        pc->cc = ctx->cc_local == ctx->cc_remote || ring__addr_is_local(&pc->addr) ? ctx->cc_local : ctx->cc_remote;
         for (int i = 0; i < ctx->nsocks; i++) {
             unsigned char *h = pc->hs[i];
             ring__put32(h, HS_MAGIC);
@@ -342,7 +412,8 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
         if (pc->state[i] == 0) {
             if (pc->fds[i] < 0) {
                 if (now < pc->retry_at[i]) continue;
-                int e = ring__connect_start(&pc->addr, &pc->fds[i]);
+                int cc_err, e = ring__connect_start(&pc->addr, pc->cc, &pc->fds[i], &cc_err);
+                if (cc_err) return cc_error(comm, cc_err, pc->cc);
                 if (e) return ring__seterr_errno(comm, RING_ERR_CONNECT, e, "connect to rank %d at %s", peer,
                                                  ring__addr_str(&pc->addr, b, sizeof b));
             }
@@ -446,8 +517,9 @@ static ring_result_t view_new(tcp_ctx *ctx, int is_send, int peer, const int *fd
     for (int i = 0; i < ctx->nsocks; i++) c->q[i].fd = fds[i];
     c->bundle = lk;
     if (lk) lk->refs++;
-    RING_LOG(RING_LOG_INFO, RING_SUB_NET, ctx->comm->rank, "tcp: %s %s over %d socket(s)%s",
-             is_send ? "sending to" : "receiving from", c->desc, c->nsocks,
+    char cc[32];
+    RING_LOG(RING_LOG_INFO, RING_SUB_NET, ctx->comm->rank, "tcp: %s %s over %d socket(s), congestion control %s%s",
+             is_send ? "sending to" : "receiving from", c->desc, c->nsocks, ring__sock_cc(fds[0], cc, sizeof cc),
              !lk ? "" : lk->refs == 2 ? " (duplex: the sockets of the other direction)" : " (duplex)");
     *out = c;
     return RING_OK;
@@ -566,6 +638,7 @@ static ring_result_t listen_pump(tcp_listen *l)
     tcp_ctx *ctx = l->ctx;
     ring_comm_t *comm = ctx->comm;
     int64_t now = ring__now_ns();
+    char b[80];
     for (;;) {
         ring__sockaddr_t from;
         from.len = sizeof from.ss;
@@ -575,6 +648,13 @@ static ring_result_t listen_pump(tcp_listen *l)
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) break;
             return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "accept");
+        }
+        /* auto: the socket came with the listener's algorithm for this host's connections. */
+        if (ctx->cc_local && !ctx->cc_remote && !ring__addr_is_local(&from)) {
+            int e = ring__sock_set_cc(fd, ctx->sys_cc);
+            if (e)
+                RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: a connection from %s keeps %s: %s refused (%s)",
+                         ring__addr_str(&from, b, sizeof b), ctx->cc_local, ctx->sys_cc, strerror(e));
         }
         if (l->npend == MAX_PENDING) drop_pending(l, 0, "too many unauthenticated connections");
         pending *p = &l->pend[l->npend++];
