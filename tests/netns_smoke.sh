@@ -34,6 +34,8 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/netns_smoke_logs.XXXXXX")
 trap 'rm -rf "$out" "$logs"' EXIT
 prefix=rcbt$$-
 rc=0
+# The check below is of the default: a RING_TCP_CONGESTION from the caller would pass through.
+unset RING_TCP_CONGESTION
 RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE="$logs/rank.%p.log" \
     "$bed" -n 3 --timeout 45 --prefix "$prefix" -- "$ring_perf" -C allreduce -b 4 -e 1M -f 16 -n 3 -w 1 -c 1 >"$out" || rc=$?
 cat "$out"
