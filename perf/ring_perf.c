@@ -755,14 +755,19 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             tree = p->algo != RING__ALGO_RING && (p->algo == RING__ALGO_RD || g_comm->nranks >= 4);
             ring = p->algo != RING__ALGO_RD;
         }
+        const size_t sm_max = ring__sm_max_bytes(g_comm);
+        char sm_upto[96];
+        if (sm_max == SIZE_MAX) snprintf(sm_upto, sizeof sm_upto, "at every size");
+        else snprintf(sm_upto, sizeof sm_upto, "up to %zu B, ring above", sm_max);
         if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, 0) == PC_ALGO_SM)
-            fprintf(f, "# library algorithm: sm (shared-memory all-reduce) up to %zu B, ring above (RING_ALGO, "
-                       "RING_SM_MAX_BYTES)\n",
-                    p->sm_max_bytes);
-        else if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, p->sm_max_bytes) == PC_ALGO_SM)
-            fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, sm (shared-memory all-reduce) up to %zu B, "
-                       "ring above (RING_ALGO, RING_RD_MAX_BYTES, RING_SM_MAX_BYTES)\n",
-                    ring__rd_max_bytes(g_comm), p->sm_max_bytes);
+            fprintf(f, "# library algorithm: sm (shared-memory all-reduce) %s (RING_ALGO, RING_SM_MAX_BYTES%s)\n", sm_upto,
+                    p->sm_max_set                        ? ""
+                    : g_comm->peers[0].numa_nodes > 1 ? ": default for several NUMA nodes"
+                                                        : ": default for one NUMA node");
+        else if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, sm_max) == PC_ALGO_SM)
+            fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, sm (shared-memory all-reduce) %s "
+                       "(RING_ALGO, RING_RD_MAX_BYTES, RING_SM_MAX_BYTES)\n",
+                    ring__rd_max_bytes(g_comm), sm_upto);
         else if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO)
             fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, rh (recursive halving) up to %zu B, ring above "
                        "(RING_ALGO, RING_RD_MAX_BYTES%s, RING_RH_MAX_BYTES%s)\n",

@@ -569,6 +569,8 @@ Test(bootstrap, hello_roundtrip_and_rejections)
     info.kernel = 0x89abcdefu;
     info.cpu_first = 300;
     info.cpu_count = 2;
+    info.flags = RING__PEER_SHM | RING__PEER_CUDA_DIRECT;
+    info.numa_nodes = 200;
     unsigned char buf[RING__HELLO_LEN];
     uint32_t rank, nranks;
     ring_result_t code;
@@ -581,6 +583,8 @@ Test(bootstrap, hello_roundtrip_and_rejections)
     cr_assert_eq(got.kernel, 0x89abcdefu);
     cr_assert_eq(got.cpu_first, 300);
     cr_assert_eq(got.cpu_count, 2);
+    cr_assert_eq(got.flags, RING__PEER_SHM | RING__PEER_CUDA_DIRECT);
+    cr_assert_eq(got.numa_nodes, 200);
     cr_assert_eq(memcmp(got.addr.data, info.addr.data, 16), 0);
 
     cr_assert_not_null(ring__hello_parse(buf, other, &rank, &nranks, &got, &code));
@@ -1045,6 +1049,41 @@ Test(param, algo_and_rd_threshold)
     setenv("RING_ALGO", "tree", 1);
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring__tls_errbuf(), "RING_ALGO"), "%s", ring__tls_errbuf());
+    clear_env();
+}
+
+/* The shared-memory all-reduce's largest size: RING_SM_MAX_BYTES wherever it is set, else
+ * every size where rank 0's host has one NUMA node (or shows none) and 1 MiB where it has
+ * several, whatever the other ranks' entries say (they all read rank 0's). */
+Test(param, sm_max_bytes_default_follows_rank0_numa_nodes)
+{
+    clear_env();
+    ring__peer_info_t peers[3];
+    memset(peers, 0, sizeof peers);
+    ring_comm_t *c = calloc(1, sizeof *c);
+    cr_assert(c);
+    c->nranks = 3;
+    c->peers = peers;
+    cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_OK);
+    cr_assert_eq(c->params.sm_max_set, 0);
+    const int nodes[] = {0, 1, 2, 8};
+    for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+        peers[0].numa_nodes = (uint8_t)nodes[i];
+        peers[1].numa_nodes = peers[2].numa_nodes = (uint8_t)(nodes[i] > 1 ? 1 : 4);
+        size_t want = nodes[i] > 1 ? (size_t)RING__DEFAULT_SM_MAX_BYTES : SIZE_MAX;
+        cr_assert_eq(ring__sm_max_bytes(c), want, "rank 0 with %d NUMA nodes: %zu", nodes[i], ring__sm_max_bytes(c));
+    }
+    setenv("RING_SM_MAX_BYTES", "4M", 1);
+    cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_OK);
+    cr_assert(c->params.sm_max_set);
+    peers[0].numa_nodes = 1;
+    cr_assert_eq(ring__sm_max_bytes(c), (size_t)4 << 20);
+    setenv("RING_SM_MAX_BYTES", "1T", 1);
+    cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_OK);
+    cr_assert_eq(ring__sm_max_bytes(c), (size_t)1 << 40);
+    setenv("RING_SM_MAX_BYTES", "lots", 1);
+    cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_ERR_INVALID_ARG);
+    free(c);
     clear_env();
 }
 

@@ -1855,6 +1855,44 @@ Test(sm, waits_end_in_a_timeout_an_abort_or_a_departure_naming_the_rank, .timeou
     group_destroy(c, 2);
 }
 
+/* Above 1 MiB auto gives the page every size where rank 0's host has one NUMA node and keeps
+ * the ring where it has several (ring__sm_max_bytes); RING_SM_MAX_BYTES overrides either way.
+ * 4 MiB calls, checked element by element, counted by the path that ran them. */
+Test(sm, large_calls_follow_the_numa_default_and_the_setting, .timeout = 120)
+{
+    clear_env();
+    enum { N = 3 };
+    const size_t count = (size_t)1 << 20; /* 4 MiB of int32 */
+    ring_comm_t *c[N];
+    group_init(c, N, 20000);
+    cr_assert(ring__sm_available(c[0]), "3 ranks of one host have no shared-memory all-reduce page");
+    const int one_node = c[0]->peers[0].numa_nodes <= 1;
+    cr_log_info("rank 0's host: %d NUMA nodes; default limit %zu", c[0]->peers[0].numa_nodes, ring__sm_max_bytes(c[0]));
+    cr_assert_eq(ring__sm_max_bytes(c[0]), one_node ? SIZE_MAX : (size_t)1 << 20);
+    uint64_t before = ring__sm_count(c[0]);
+    assert_group_works(c, N, count, "init");
+    cr_assert_eq(ring__sm_count(c[0]) - before, one_node ? 1u : 0u, "a 4 MiB all-reduce %s the shared-memory path",
+                 one_node ? "did not take" : "took");
+    group_destroy(c, N);
+
+    /* 1 MiB set: the ring takes the 4 MiB calls whatever the host has. */
+    setenv("RING_SM_MAX_BYTES", "1M", 1);
+    group_init(c, N, 20000);
+    before = ring__sm_count(c[0]);
+    assert_group_works(c, N, count, "init with RING_SM_MAX_BYTES=1M");
+    cr_assert_eq(ring__sm_count(c[0]), before, "a 4 MiB all-reduce took the shared-memory path above RING_SM_MAX_BYTES");
+    group_destroy(c, N);
+
+    /* Every size set: the page takes them on a host of several NUMA nodes too. */
+    setenv("RING_SM_MAX_BYTES", "1T", 1);
+    group_init(c, N, 20000);
+    before = ring__sm_count(c[0]);
+    assert_group_works(c, N, count, "init with RING_SM_MAX_BYTES=1T");
+    cr_assert_eq(ring__sm_count(c[0]) - before, 1u, "a 4 MiB all-reduce did not take the shared-memory path");
+    group_destroy(c, N);
+    clear_env();
+}
+
 /* A RING_SHM_DIR with no room for the page (a 1 MiB tmpfs): every rank leaves the path out at
  * init (rank 0's refusal travels in the page's header), the job runs on the other algorithms,
  * and nothing is left in the directory. Needs mount(2): skipped where it is refused. */

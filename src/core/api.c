@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "cuda/coll.h"
 #include "cuda/direct.h"
 #include "cuda/mem.h"
@@ -117,19 +118,37 @@ size_t ring__rh_max_bytes(const ring_comm_t *comm)
     return comm->all_shm ? RING__DEFAULT_RH_MAX_BYTES_SHM : RING__DEFAULT_RH_MAX_BYTES;
 }
 
+/*
+ * Above 1 MiB the shared-memory all-reduce moves about as much memory per rank as the ring
+ * (S in, S through the reduction, S out; the ring copies in and reduces out each of its
+ * 2(N-1) chunks of S/N) but waits twice per window of 2 MiB / N for all ranks instead of once
+ * per chunk for one neighbour. With more ranks than cores (the 2-core VM) that made 4-64 MiB
+ * 1.4x faster with 3 ranks and 1.8-2.1x with 8, and level with 4 (docs/performance.md,
+ * 2026-11-27). The page sits on rank 0's NUMA node, so on a host of several nodes half the
+ * ranks would move every byte across the link between the sockets: there the ring keeps the
+ * sizes above 1 MiB, as before. The count comes from rank 0's entry in the rank table, so
+ * every rank gets the same answer.
+ */
+size_t ring__sm_max_bytes(const ring_comm_t *comm)
+{
+    if (comm->params.sm_max_set) return comm->params.sm_max_bytes;
+    const int nodes = comm->peers ? comm->peers[0].numa_nodes : 0;
+    return nodes > 1 ? RING__DEFAULT_SM_MAX_BYTES : SIZE_MAX;
+}
+
 int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
 {
     int algo = comm->params.algo;
     /* The shared-memory all-reduce (and barrier) exists where every rank is on one host
      * (comm->sm, the same on every rank); elsewhere RING_ALGO=sm means the ring, or recursive
-     * doubling for the barrier. By default it takes every all-reduce up to RING_SM_MAX_BYTES
+     * doubling for the barrier. By default it takes every all-reduce up to ring__sm_max_bytes
      * from 3 ranks on (with 2, the ring's one exchange each way moves less memory), unless
      * RING_RD_MAX_BYTES was set: then recursive doubling keeps the sizes up to it. */
     const int sm_ok = ring__sm_available(comm) && (algo == RING__ALGO_SM || (algo == RING__ALGO_AUTO && comm->nranks >= 3));
     if (coll == RING__COLL_ALLREDUCE) {
         if (algo == RING__ALGO_SM) return sm_ok ? RING__ALGO_SM : RING__ALGO_RING;
         if (algo != RING__ALGO_AUTO) return algo;
-        const int sm = sm_ok && bytes <= comm->params.sm_max_bytes;
+        const int sm = sm_ok && bytes <= ring__sm_max_bytes(comm);
         if (sm && !comm->params.rd_max_set) return RING__ALGO_SM;
         if (bytes <= ring__rd_max_bytes(comm)) return RING__ALGO_RD;
         if (sm) return RING__ALGO_SM;

@@ -5,7 +5,8 @@
  *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
  *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 288 bytes:
  *     magic "RGBS" | version | 128-bit secret | nranks | rank | addr len | addr[128] |
- *     host[64] | boot id[40] | pid | flags | layout key (chunk size and pipeline depth) |
+ *     host[64] | boot id[40] | pid | flags (top byte: NUMA nodes of the host) | layout key
+ *     (chunk size and pipeline depth) |
  *     kernel (hash of the real boot id) | first CPU and CPU count (u16 each) of the affinity.
  *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
@@ -64,6 +65,7 @@ void ring__host_identity(ring__peer_info_t *info)
         info->cpu_first = (uint16_t)first;
         info->cpu_count = (uint16_t)RING__MIN(ring__cpumask_count(&set), 65535);
     }
+    info->numa_nodes = (uint8_t)RING__MIN(ring__numa_nodes_online(), 255);
 }
 
 int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long online)
@@ -178,7 +180,7 @@ static void put_info(unsigned char *p, const ring__peer_info_t *info)
     memcpy(p + 132, info->host, RING__HOST_MAX);
     memcpy(p + 196, info->bootid, RING__BOOTID_MAX);
     ring__put32(p + 236, info->pid);
-    ring__put32(p + 240, info->flags);
+    ring__put32(p + 240, (info->flags & 0xffffffu) | (uint32_t)info->numa_nodes << 24);
     ring__put32(p + 244, info->layout);
     ring__put32(p + 248, info->kernel);
     ring__put32(p + 252, (uint32_t)info->cpu_first << 16 | info->cpu_count);
@@ -196,7 +198,9 @@ int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info)
     info->host[RING__HOST_MAX - 1] = '\0';
     info->bootid[RING__BOOTID_MAX - 1] = '\0';
     info->pid = ring__get32(p + 236);
-    info->flags = ring__get32(p + 240);
+    uint32_t flags = ring__get32(p + 240);
+    info->flags = flags & 0xffffffu;
+    info->numa_nodes = (uint8_t)(flags >> 24);
     info->layout = ring__get32(p + 244);
     info->kernel = ring__get32(p + 248);
     uint32_t cpus = ring__get32(p + 252);

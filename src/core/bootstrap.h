@@ -23,6 +23,10 @@ typedef struct ring__peer_info {
      * which CPUs, for the choice of how to wait (comm.c). */
     uint32_t kernel;
     uint16_t cpu_first, cpu_count;
+    /* NUMA nodes of the rank's machine (0 unknown, at most 255): where rank 0's host has
+     * several, the shared-memory all-reduce keeps to 1 MiB (ring__sm_max_bytes). On the wire
+     * in the top byte of the flags word. */
+    uint8_t numa_nodes;
 } ring__peer_info_t;
 
 /* A fingerprint of the parameters that decide how ring collectives cut buffers into messages

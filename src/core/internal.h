@@ -98,6 +98,7 @@ typedef struct ring__params {
     size_t rh_max_bytes;   /* auto: recursive halving above rd_max up to this many bytes (RING_RH_MAX_BYTES) */
     int rh_max_set;
     size_t sm_max_bytes;   /* auto: shared-memory all-reduce up to this many bytes; 0: no page (RING_SM_MAX_BYTES) */
+    int sm_max_set;        /* RING_SM_MAX_BYTES was given; else the default depends on the host's NUMA nodes */
     int transport;        /* RING__TP_*: RING_TRANSPORT */
     int ib_qps;           /* RING_IB_QPS_PER_PEER: queue pairs per verbs connection */
     int ib_timeout;       /* RING_IB_TIMEOUT: QP local ACK timeout exponent, 4.096 us x 2^t per try */

@@ -229,6 +229,7 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     RING_CHECK(env_size("RING_TREE_MAX_BYTES", 0, RING__MAX_RD_BYTES, &p->tree_max_bytes));
     p->sm_max_bytes = RING__DEFAULT_SM_MAX_BYTES;
     RING_CHECK(env_size("RING_SM_MAX_BYTES", 0, RING__MAX_SM_BYTES, &p->sm_max_bytes));
+    p->sm_max_set = getenv("RING_SM_MAX_BYTES") && *getenv("RING_SM_MAX_BYTES");
     {
         static const char *const names[] = {"auto", "tcp", "shm", "rdma"};
         static const int values[] = {RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA};

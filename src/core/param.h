@@ -20,8 +20,10 @@
 #define RING__DEFAULT_TREE_MAX_BYTES (512u * 1024u)
 #define RING__DEFAULT_RH_MAX_BYTES (128u * 1024u)
 #define RING__DEFAULT_RH_MAX_BYTES_SHM (32u * 1024u)
+/* The shared-memory all-reduce takes every size by default where rank 0's host has one NUMA
+ * node, and sizes up to this one where it has several (ring__sm_max_bytes). */
 #define RING__DEFAULT_SM_MAX_BYTES (1024u * 1024u)
-#define RING__MAX_SM_BYTES ((size_t)256 << 20)
+#define RING__MAX_SM_BYTES SIZE_MAX
 #define RING__MAX_RD_BYTES ((size_t)1 << 30)
 #define RING__MAX_NSOCKS 16
 #define RING__MAX_PIPELINE_DEPTH 64

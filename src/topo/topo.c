@@ -179,6 +179,26 @@ int ring__cpumask_current(ring__cpumask_t *m)
     return rc == 0 ? 0 : -1;
 }
 
+int ring__numa_count_list(const char *s)
+{
+    ring__cpumask_t m;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s ? s : "");
+    buf[strcspn(buf, "\n")] = '\0';
+    if (!buf[0] || ring__cpumask_parse(buf, &m) != 0) return 0;
+    return ring__cpumask_count(&m);
+}
+
+int ring__numa_nodes_online(void)
+{
+    char buf[256] = "";
+    FILE *f = fopen("/sys/devices/system/node/online", "re");
+    if (!f) return 0;
+    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+    fclose(f);
+    return ring__numa_count_list(buf);
+}
+
 /* ---- loading and describing --------------------------------------------------------- */
 
 ring_result_t ring__topo_load(ring_comm_t *comm, const char *xml_path, ring__topo_t **out)

@@ -53,6 +53,12 @@ int ring__cpumask_parse(const char *s, ring__cpumask_t *m);
 const char *ring__cpumask_str(const ring__cpumask_t *m, char *buf, size_t len);
 /* The CPUs the calling thread may run on now (sched_getaffinity). 0 on success, -1 otherwise. */
 int ring__cpumask_current(ring__cpumask_t *m);
+/* Memory (NUMA) nodes of the machine, from the kernel's list of online nodes
+ * (/sys/devices/system/node/online: "0", "0-1"), whatever this process may use; 0 where the
+ * kernel shows none (built without NUMA, or no sysfs). Without hwloc, so that every build
+ * tells the same. ring__numa_count_list: the count of such a list, 0 for junk. */
+int ring__numa_nodes_online(void);
+int ring__numa_count_list(const char *s);
 
 /* ---- discovery ------------------------------------------------------------------------ */
 

@@ -122,6 +122,16 @@ Test(topo, cpumask_parse_and_format)
     ring__cpumask_str(&m, small, sizeof small);
     cr_assert(strlen(small) < sizeof small && !strcmp(small + strlen(small) - 3, "..."), "got \"%s\"", small);
 
+    /* The kernel's list of online NUMA nodes, as /sys/devices/system/node/online has it. */
+    cr_assert_eq(ring__numa_count_list("0\n"), 1);
+    cr_assert_eq(ring__numa_count_list("0-1\n"), 2);
+    cr_assert_eq(ring__numa_count_list("0,2-3"), 3);
+    cr_assert_eq(ring__numa_count_list(""), 0);
+    cr_assert_eq(ring__numa_count_list(NULL), 0);
+    cr_assert_eq(ring__numa_count_list("junk"), 0);
+    int nodes = ring__numa_nodes_online();
+    cr_assert(nodes >= 0 && nodes <= 4096, "%d NUMA nodes online", nodes);
+
     ring__cpumask_t a, b, c;
     ring__cpumask_parse("0-7", &a);
     ring__cpumask_parse("4-5", &b);
