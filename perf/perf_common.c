@@ -240,13 +240,15 @@ static int rd_steps(int nranks)
     return lg + (nranks > p ? 2 : 0);
 }
 
+/* The shared-memory all-reduce (PC_ALGO_SM) has no link of its own: its rows get the
+ * collective's formula (the ring's), with the alpha and B measured between ring neighbours
+ * over the same shared memory, so eff says how it compares with that bound. */
 double pc_model_us(pc_coll_t c, pc_algo_t a, int nranks, size_t bytes, double alpha_s, double bw_Bps)
 {
     if (a == PC_ALGO_PS && c != PC_COLL_ALLREDUCE) return -1;
     if (a == PC_ALGO_RD && c != PC_COLL_ALLREDUCE && c != PC_COLL_BARRIER) return -1;
     if (a == PC_ALGO_TREE && c != PC_COLL_BROADCAST) return -1;
     if (a == PC_ALGO_RH && c != PC_COLL_ALLREDUCE) return -1;
-    if (a == PC_ALGO_SM) return -1; /* no link: memory copies and two waits per round */
     if (nranks <= 1) return 0; /* nothing crosses a link */
     const double n = nranks, s = (double)bytes;
     if (alpha_s < 0 || (c != PC_COLL_BARRIER && !(bw_Bps > 0))) return -1;
@@ -279,7 +281,6 @@ double pc_model_us(pc_coll_t c, pc_algo_t a, int nranks, size_t bytes, double al
 const char *pc_model_formula(pc_coll_t c, pc_algo_t a)
 {
     if (a == PC_ALGO_PS) return c == PC_COLL_ALLREDUCE ? "2(n-1)*(alpha + S/B)" : "-";
-    if (a == PC_ALGO_SM) return "-";
     if (a == PC_ALGO_RH)
         return c == PC_COLL_ALLREDUCE ? "2log2(p)*alpha + 2(p-1)/p*S/B + 2[n>p]*(alpha + S/B), p = largest power of 2 <= n" : "-";
     if (a == PC_ALGO_TREE)

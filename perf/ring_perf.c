@@ -38,6 +38,9 @@
  * the call ran as fast as the links allow and smaller is slower. The broadcast model treats the
  * ring broadcast as a chain of n-1 hops pipelined in chunks: (n-1) alpha + S/B, without the
  * pipeline fill; the barrier's is one token pass of n-1 dependent empty steps, (n-1) alpha.
+ * Rows of the shared-memory all-reduce ("sm", ranks of one host) have no link of their own and
+ * get the collective's formula, the ring's, with the same alpha and B (measured over the same
+ * shared memory): eff above 1 there means the page beat the ring's bound.
  * The library runs allreduces of at most RING_RD_MAX_BYTES, and the barrier, by recursive
  * doubling unless RING_ALGO says otherwise (src/core/api.c): those rows say "rd" in the algo
  * column and use its model, (log2 p + 2 [n > p]) (alpha + S/B) with p the largest power of
@@ -778,7 +781,9 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             fprintf(f, "# library algorithm: tree (binomial) up to %zu B, ring above (RING_ALGO, RING_TREE_MAX_BYTES)\n",
                     p->tree_max_bytes);
         if (ring)
-            fprintf(f, "# model (ring): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RING));
+            fprintf(f, "# model (ring%s): T = %s; eff = model/time\n",
+                    lib_algo(o->coll, 0) == PC_ALGO_SM ? ", also on sm rows: the collective's bound with these alpha and B" : "",
+                    pc_model_formula(o->coll, PC_ALGO_RING));
         if (rd) fprintf(f, "# model (rd): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RD));
         if (rh) fprintf(f, "# model (rh): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_RH));
         if (tree) fprintf(f, "# model (tree): T = %s; eff = model/time\n", pc_model_formula(o->coll, PC_ALGO_TREE));

@@ -62,7 +62,13 @@ Test(perf, model_ring)
         cr_expect(NEAR(v, bc[k]), "broadcast n=%d: %.6f, expected %.6f", n, v, bc[k]);
         v = pc_model_us(PC_COLL_BARRIER, PC_ALGO_RING, n, 0, ALPHA, BW);
         cr_expect(NEAR(v, ba[k]), "barrier n=%d: %.6f, expected %.6f", n, v, ba[k]);
+        /* The shared-memory all-reduce and barrier rows get the same bound. */
+        v = pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_SM, n, S, ALPHA, BW);
+        cr_expect(NEAR(v, ar[k]), "sm allreduce n=%d: %.6f, expected %.6f", n, v, ar[k]);
+        v = pc_model_us(PC_COLL_BARRIER, PC_ALGO_SM, n, 0, ALPHA, BW);
+        cr_expect(NEAR(v, ba[k]), "sm barrier n=%d: %.6f, expected %.6f", n, v, ba[k]);
     }
+    cr_expect_str_eq(pc_model_formula(PC_COLL_ALLREDUCE, PC_ALGO_SM), pc_model_formula(PC_COLL_ALLREDUCE, PC_ALGO_RING));
 }
 
 Test(perf, model_ps)
