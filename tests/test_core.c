@@ -1083,6 +1083,8 @@ Test(param, sm_max_bytes_default_follows_rank0_numa_nodes)
     cr_assert_eq(ring__sm_max_bytes(c), (size_t)1 << 40);
     setenv("RING_SM_MAX_BYTES", "lots", 1);
     cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring__tls_errbuf(), "RING_SM_MAX_BYTES=\"lots\": expected a size of at least 0 bytes"), "%s",
+              ring__tls_errbuf());
     free(c);
     clear_env();
 }

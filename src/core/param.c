@@ -167,10 +167,14 @@ static ring_result_t env_size(const char *name, size_t lo, size_t hi, size_t *v)
     const char *s = getenv(name);
     if (!s || !*s) return RING_OK;
     size_t x;
-    if (ring__parse_size(s, &x) != 0 || x < lo || x > hi)
+    if (ring__parse_size(s, &x) != 0 || x < lo || x > hi) {
+        if (hi == SIZE_MAX)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                "%s=\"%s\": expected a size of at least %zu bytes (K/M/G/T suffixes allowed)", name, s, lo);
         return ring__seterr(NULL, RING_ERR_INVALID_ARG,
-                            "%s=\"%s\": expected a size in [%zu, %zu] bytes (K/M/G suffixes allowed)",
+                            "%s=\"%s\": expected a size in [%zu, %zu] bytes (K/M/G/T suffixes allowed)",
                             name, s, lo, hi);
+    }
     *v = x;
     return RING_OK;
 }
