@@ -14,8 +14,8 @@
 #include "fuzz_util.h"
 #include "wire.h"
 
-/* Entry layout (bootstrap.c put_info): addr len, addr, host, boot id, pid, flags, layout key,
- * kernel, CPUs. */
+/* Entry layout (bootstrap.c put_info): addr len, addr, host, boot id, pid, flags (top byte:
+ * NUMA nodes), layout key, kernel, CPUs. */
 #define ADDR_OFF 4
 #define HOST_OFF (ADDR_OFF + RING__TP_ADDR_MAX)
 #define BOOTID_OFF (HOST_OFF + RING__HOST_MAX)
@@ -47,7 +47,9 @@ static void check_entry(const unsigned char *e)
     FUZZ_CHECK(info.bootid[RING__BOOTID_MAX - 1] == '\0');
     FUZZ_CHECK(strlen(info.host) < RING__HOST_MAX && strlen(info.bootid) < RING__BOOTID_MAX);
     FUZZ_CHECK(info.pid == ring__get32(e + PID_OFF));
-    FUZZ_CHECK(info.flags == ring__get32(e + FLAGS_OFF));
+    /* The flags word: flags in the low 24 bits, the host's NUMA node count in the top byte. */
+    FUZZ_CHECK(info.flags == (ring__get32(e + FLAGS_OFF) & 0xffffffu));
+    FUZZ_CHECK(info.numa_nodes == ring__get32(e + FLAGS_OFF) >> 24);
     FUZZ_CHECK(info.layout == ring__get32(e + LAYOUT_OFF));
     FUZZ_CHECK(info.kernel == ring__get32(e + KERNEL_OFF));
     FUZZ_CHECK(((uint32_t)info.cpu_first << 16 | info.cpu_count) == ring__get32(e + CPUS_OFF));
