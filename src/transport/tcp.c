@@ -464,6 +464,16 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
                 pc->state[i] = 3;
             }
         }
+        if (pc->state[i] == 3 && !pc->duplex) {
+            /* A one-way socket counts as made once its handshake is out, while its siblings
+             * may still be connecting. A duplex peer that refused it (RING_TCP_DUPLEX differs)
+             * wrote its word here and exited, and the siblings would retry its gone listener
+             * until the deadline: look for the word, or the close, now. */
+            unsigned char w[ACK_LEN];
+            ssize_t n = recv(pc->fds[i], w, sizeof w, MSG_PEEK | MSG_DONTWAIT);
+            if (n == ACK_LEN && ring__get32(w) == NAK_MAGIC) return nak_error(comm, peer);
+            if (n == 0 && !pc->lost_at) pc->lost_at = now;
+        }
         if (pc->state[i] == 3) ready++;
     }
     /* No failure notices travel before init ends (watch.c), so say what is known. */
