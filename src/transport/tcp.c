@@ -372,6 +372,19 @@ static ring_result_t nak_error(ring_comm_t *comm, int peer)
                         peer);
 }
 
+/* What a peer left unread on a socket that should carry nothing towards this rank, peeked so
+ * that nothing is taken: its close, its refusal word, other bytes, an error (errno), or nothing. */
+enum { PEEK_NOTHING, PEEK_CLOSED, PEEK_REFUSED, PEEK_DATA, PEEK_ERROR };
+
+static int peek_refusal(int fd)
+{
+    unsigned char w[ACK_LEN];
+    ssize_t n = recv(fd, w, sizeof w, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return PEEK_CLOSED;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? PEEK_NOTHING : PEEK_ERROR;
+    return n == ACK_LEN && ring__get32(w) == NAK_MAGIC ? PEEK_REFUSED : PEEK_DATA;
+}
+
 /*
  * Drive the sockets this rank opens to peer (the send direction, or a duplex bundle); *fds
  * gets them, handshakes sent, once all are connected (*done = 1), else *done = 0.
@@ -469,10 +482,9 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
              * may still be connecting. A duplex peer that refused it (RING_TCP_DUPLEX differs)
              * wrote its word here and exited, and the siblings would retry its gone listener
              * until the deadline: look for the word, or the close, now. */
-            unsigned char w[ACK_LEN];
-            ssize_t n = recv(pc->fds[i], w, sizeof w, MSG_PEEK | MSG_DONTWAIT);
-            if (n == ACK_LEN && ring__get32(w) == NAK_MAGIC) return nak_error(comm, peer);
-            if (n == 0 && !pc->lost_at) pc->lost_at = now;
+            int k = peek_refusal(pc->fds[i]);
+            if (k == PEEK_REFUSED) return nak_error(comm, peer);
+            if (k == PEEK_CLOSED && !pc->lost_at) pc->lost_at = now;
         }
         if (pc->state[i] == 3) ready++;
     }
@@ -948,9 +960,8 @@ static ring_result_t tcp_check(void *vc)
         socklen_t l = sizeof err;
         if (getsockopt(c->q[i].fd, SOL_SOCKET, SO_ERROR, &err, &l) == 0 && err)
             return conn_fail(c, RING_ERR_PEER, err, "connection failed with");
-        unsigned char w[ACK_LEN];
-        ssize_t n = recv(c->q[i].fd, w, sizeof w, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0) {
+        int k = peek_refusal(c->q[i].fd);
+        if (k == PEEK_CLOSED) {
             /* A neighbour that finished its part and destroyed its communicator closes
              * cleanly, one socket at a time, while its last bytes may still be queued on the
              * others: EOF is an error only on a socket where we still expect to move bytes. */
@@ -958,12 +969,11 @@ static ring_result_t tcp_check(void *vc)
             c->q[i].peer_closed = 1;
             continue;
         }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
-        if (n > 0 && c->is_send && !c->bundle) {
+        if (k == PEEK_ERROR) return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
+        if (c->is_send && !c->bundle) {
             /* A duplex peer that refused this one-way socket said why on it (listen_pump). */
-            if (n == ACK_LEN && ring__get32(w) == NAK_MAGIC) return c->failed = nak_error(c->ctx->comm, c->peer);
-            return conn_fail(c, RING_ERR_PROTOCOL, 0, "unexpected data on a send-only connection from");
+            if (k == PEEK_REFUSED) return c->failed = nak_error(c->ctx->comm, c->peer);
+            if (k == PEEK_DATA) return conn_fail(c, RING_ERR_PROTOCOL, 0, "unexpected data on a send-only connection from");
         }
     }
     return RING_OK;
