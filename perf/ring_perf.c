@@ -758,15 +758,14 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             tree = p->algo != RING__ALGO_RING && (p->algo == RING__ALGO_RD || g_comm->nranks >= 4);
             ring = p->algo != RING__ALGO_RD;
         }
-        const size_t sm_max = ring__sm_max_bytes(g_comm);
+        const char *sm_why;
+        const size_t sm_max = ring__sm_max_bytes(g_comm, &sm_why);
         char sm_upto[96];
         if (sm_max == SIZE_MAX) snprintf(sm_upto, sizeof sm_upto, "at every size");
         else snprintf(sm_upto, sizeof sm_upto, "up to %zu B, ring above", sm_max);
         if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, 0) == PC_ALGO_SM)
-            fprintf(f, "# library algorithm: sm (shared-memory all-reduce) %s (RING_ALGO, RING_SM_MAX_BYTES%s)\n", sm_upto,
-                    p->sm_max_set                        ? ""
-                    : g_comm->peers[0].numa_nodes > 1 ? ": default for several NUMA nodes"
-                                                        : ": default for one NUMA node");
+            fprintf(f, "# library algorithm: sm (shared-memory all-reduce) %s (RING_ALGO, RING_SM_MAX_BYTES%s%s)\n", sm_upto,
+                    *sm_why ? ": " : "", sm_why);
         else if (o->coll == PC_COLL_ALLREDUCE && p->algo == RING__ALGO_AUTO && lib_algo(o->coll, sm_max) == PC_ALGO_SM)
             fprintf(f, "# library algorithm: rd (recursive doubling) up to %zu B, sm (shared-memory all-reduce) %s "
                        "(RING_ALGO, RING_RD_MAX_BYTES, RING_SM_MAX_BYTES)\n",

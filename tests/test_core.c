@@ -1071,16 +1071,20 @@ Test(param, sm_max_bytes_default_follows_rank0_numa_nodes)
         peers[0].numa_nodes = (uint8_t)nodes[i];
         peers[1].numa_nodes = peers[2].numa_nodes = (uint8_t)(nodes[i] > 1 ? 1 : 4);
         size_t want = nodes[i] > 1 ? (size_t)RING__DEFAULT_SM_MAX_BYTES : SIZE_MAX;
-        cr_assert_eq(ring__sm_max_bytes(c), want, "rank 0 with %d NUMA nodes: %zu", nodes[i], ring__sm_max_bytes(c));
+        const char *why = NULL;
+        cr_assert_eq(ring__sm_max_bytes(c, &why), want, "rank 0 with %d NUMA nodes: %zu", nodes[i], ring__sm_max_bytes(c, NULL));
+        cr_assert_str_eq(why, nodes[i] > 1 ? "default for several NUMA nodes" : "default for one NUMA node");
     }
     setenv("RING_SM_MAX_BYTES", "4M", 1);
     cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_OK);
     cr_assert(c->params.sm_max_set);
     peers[0].numa_nodes = 1;
-    cr_assert_eq(ring__sm_max_bytes(c), (size_t)4 << 20);
+    const char *why = NULL;
+    cr_assert_eq(ring__sm_max_bytes(c, &why), (size_t)4 << 20);
+    cr_assert_str_eq(why, "", "the setting applies, not a default");
     setenv("RING_SM_MAX_BYTES", "1T", 1);
     cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_OK);
-    cr_assert_eq(ring__sm_max_bytes(c), (size_t)1 << 40);
+    cr_assert_eq(ring__sm_max_bytes(c, NULL), (size_t)1 << 40);
     setenv("RING_SM_MAX_BYTES", "lots", 1);
     cr_assert_eq(ring__params_resolve(&c->params, NULL), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring__tls_errbuf(), "RING_SM_MAX_BYTES=\"lots\": expected a size of at least 0 bytes"), "%s",

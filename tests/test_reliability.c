@@ -1867,8 +1867,8 @@ Test(sm, large_calls_follow_the_numa_default_and_the_setting, .timeout = 120)
     group_init(c, N, 20000);
     cr_assert(ring__sm_available(c[0]), "3 ranks of one host have no shared-memory all-reduce page");
     const int one_node = c[0]->peers[0].numa_nodes <= 1;
-    cr_log_info("rank 0's host: %d NUMA nodes; default limit %zu", c[0]->peers[0].numa_nodes, ring__sm_max_bytes(c[0]));
-    cr_assert_eq(ring__sm_max_bytes(c[0]), one_node ? SIZE_MAX : (size_t)1 << 20);
+    cr_log_info("rank 0's host: %d NUMA nodes; default limit %zu", c[0]->peers[0].numa_nodes, ring__sm_max_bytes(c[0], NULL));
+    cr_assert_eq(ring__sm_max_bytes(c[0], NULL), one_node ? SIZE_MAX : (size_t)1 << 20);
     uint64_t before = ring__sm_count(c[0]);
     assert_group_works(c, N, count, "init");
     cr_assert_eq(ring__sm_count(c[0]) - before, one_node ? 1u : 0u, "a 4 MiB all-reduce %s the shared-memory path",

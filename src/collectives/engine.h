@@ -155,8 +155,9 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes);
 size_t ring__rd_max_bytes(const ring_comm_t *comm);
 size_t ring__rh_max_bytes(const ring_comm_t *comm);
 /* The largest all-reduce auto gives the shared-memory all-reduce: RING_SM_MAX_BYTES, else
- * SIZE_MAX (every size) where rank 0's host has one NUMA node, 1 MiB where it has several. */
-size_t ring__sm_max_bytes(const ring_comm_t *comm);
+ * SIZE_MAX (every size) where rank 0's host has one NUMA node, 1 MiB where it has several.
+ * *why (if why is not NULL) names the default that applies, or is "" when the setting does. */
+size_t ring__sm_max_bytes(const ring_comm_t *comm, const char **why);
 
 /* Run one validated operation (dispatch by collective; handles nranks == 1). */
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op);

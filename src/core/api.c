@@ -129,11 +129,17 @@ size_t ring__rh_max_bytes(const ring_comm_t *comm)
  * sizes above 1 MiB, as before. The count comes from rank 0's entry in the rank table, so
  * every rank gets the same answer.
  */
-size_t ring__sm_max_bytes(const ring_comm_t *comm)
+size_t ring__sm_max_bytes(const ring_comm_t *comm, const char **why)
 {
-    if (comm->params.sm_max_set) return comm->params.sm_max_bytes;
-    const int nodes = comm->peers ? comm->peers[0].numa_nodes : 0;
-    return nodes > 1 ? RING__DEFAULT_SM_MAX_BYTES : SIZE_MAX;
+    const char *w = "";
+    size_t max = comm->params.sm_max_bytes;
+    if (!comm->params.sm_max_set) {
+        const int nodes = comm->peers ? comm->peers[0].numa_nodes : 0;
+        w = nodes > 1 ? "default for several NUMA nodes" : "default for one NUMA node";
+        max = nodes > 1 ? RING__DEFAULT_SM_MAX_BYTES : SIZE_MAX;
+    }
+    if (why) *why = w;
+    return max;
 }
 
 int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
@@ -148,7 +154,7 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
     if (coll == RING__COLL_ALLREDUCE) {
         if (algo == RING__ALGO_SM) return sm_ok ? RING__ALGO_SM : RING__ALGO_RING;
         if (algo != RING__ALGO_AUTO) return algo;
-        const int sm = sm_ok && bytes <= ring__sm_max_bytes(comm);
+        const int sm = sm_ok && bytes <= ring__sm_max_bytes(comm, NULL);
         if (sm && !comm->params.rd_max_set) return RING__ALGO_SM;
         if (bytes <= ring__rd_max_bytes(comm)) return RING__ALGO_RD;
         if (sm) return RING__ALGO_SM;
