@@ -9,7 +9,9 @@
 # Sizes accept K/M/G suffixes (powers of 1024). --repeat R runs every library R times,
 # interleaved (ring, TCP, default, ring, ...), and reports per size the median of the R runs'
 # times, with the spread (min-max) of ringcomm and Open MPI default: oversubscribed runs vary
-# from run to run more than the libraries differ. Needs DIR/tools/ringrun, DIR/perf/ring_perf and
+# from run to run more than the libraries differ, and on a VM even 2 ranks do: the cost of moving
+# data between two vCPUs changes in steps that last milliseconds to seconds (perf/micro/xcore_pair.c,
+# docs/performance.md 2026-11-27 (2)), so use a large R (20 or more) there. Needs DIR/tools/ringrun, DIR/perf/ring_perf and
 # DIR/perf/mpi_allreduce (built by meson when it finds MPI) and mpirun on PATH.
 # --netns (root): one rank per network namespace on the rate-limited bed of perf/netns/
 # (default 1gbit each way), ringcomm then Open MPI ob1/tcp on the same bed; no shared-memory run.
