@@ -1157,6 +1157,77 @@ Test(pair, p2p_exchange_in_order)
     ring_comm_destroy(c[1]);
 }
 
+/* Shared-memory pieces travel in the slot header up to 40 bytes and in the slot's page above
+ * (src/transport/shm.c), and a message longer than a slot (64 KiB on this edge) ends with a
+ * piece of any size: lengths on both sides of both limits, more messages than the edge has
+ * slots (4), so that every slot is reused with the other kind of piece. */
+static const size_t shm_lens[] = {0,         1,         39,         40,         41,         63,         64,
+                                  4096,      65535,     65536,      65537,      65536 + 40, 65536 + 41, 3 * 65536 + 40,
+                                  40,        0,         5 * 65536 + 1};
+#define SHM_NLENS (sizeof shm_lens / sizeof *shm_lens)
+
+typedef struct shm_arg {
+    ring_comm_t *comm;
+    ring_result_t rc;
+    const char *tp; /* the send connection's transport */
+    unsigned char *out[SHM_NLENS], *in[SHM_NLENS];
+} shm_arg;
+
+static void *shm_pieces_thread(void *v)
+{
+    shm_arg *a = v;
+    int me = ring_comm_rank(a->comm), peer = 1 - me;
+    ring__p2p_op_t ops[2 * SHM_NLENS];
+    int n = 0;
+    for (size_t m = 0; m < SHM_NLENS; m++) {
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = a->out[m], .len = shm_lens[m]};
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = a->in[m], .len = shm_lens[m]};
+    }
+    a->rc = ring__p2p_connect(a->comm, &peer, 1);
+    if (a->rc == RING_OK) {
+        a->tp = ring__tp_of(a->comm->conn_send[peer])->name;
+        a->rc = ring__p2p_run(a->comm, ops, n);
+    }
+    return NULL;
+}
+
+Test(pair, shm_pieces_around_the_inline_and_slot_sizes_arrive_whole)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "shm", 1);
+    ring_comm_t *c[2];
+    init_pair(&c[0], &c[1]);
+    shm_arg *a = calloc(2, sizeof *a);
+    cr_assert_not_null(a);
+    for (int r = 0; r < 2; r++) {
+        a[r].comm = c[r];
+        for (size_t m = 0; m < SHM_NLENS; m++) {
+            /* One byte more than needed, so that an empty message still has a buffer. */
+            a[r].out[m] = malloc(shm_lens[m] + 1);
+            a[r].in[m] = malloc(shm_lens[m] + 1);
+            cr_assert(a[r].out[m] && a[r].in[m]);
+            for (size_t i = 0; i < shm_lens[m]; i++) a[r].out[m][i] = (unsigned char)(i * 131 + m * 17 + r * 7 + 1);
+            memset(a[r].in[m], 0, shm_lens[m] + 1);
+        }
+    }
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, shm_pieces_thread, &a[r]);
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s", r, ring_comm_last_error(c[r]));
+        cr_assert_str_eq(a[r].tp, "shm", "rank %d's connection is %s, not shared memory", r, a[r].tp);
+        for (size_t m = 0; m < SHM_NLENS; m++)
+            cr_assert(!memcmp(a[r].in[m], a[1 - r].out[m], shm_lens[m]), "rank %d: message %zu (%zu bytes) differs from what was sent",
+                      r, m, shm_lens[m]);
+    }
+    for (int r = 0; r < 2; r++)
+        for (size_t m = 0; m < SHM_NLENS; m++) free(a[r].out[m]), free(a[r].in[m]);
+    free(a);
+    ring_comm_destroy(c[0]);
+    ring_comm_destroy(c[1]);
+    clear_env();
+}
+
 Test(pair, p2p_timeout_names_the_peer)
 {
     clear_env();

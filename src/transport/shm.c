@@ -18,17 +18,22 @@
  *  A segment is only left behind if its creator is killed between steps 1 and 2; the next
  *  communicator of the same user sweeps segments whose creator no longer exists.
  *
- * The segment: a control page (header, head and tail counters, sleep flags, one 32-byte
- * header per slot), then nslots payload slots of slot_bytes each, page-aligned. It is one
+ * The segment: a control page (header, tail counter, sleep flags, one 64-byte header per
+ * slot), then nslots payload slots of slot_bytes each, page-aligned. It is one
  * single-producer/single-consumer queue of slots:
- *  - The sender copies a piece of a message into slot (head mod nslots), writes the slot
- *    header (message number, message length, offset of the piece) and publishes the slot by
- *    advancing head with release order. A message of L bytes takes max(1, ceil(L / slot_bytes))
- *    slots; one of at most slot_bytes can be received in place (zero copy).
- *  - The receiver reads head with acquire order, checks the slot header against the receive
- *    it has posted (message number, exact length), copies the piece out or hands the slot to
- *    the engine, which reduces straight out of it into the user buffer; freed slots advance
- *    tail (release order), always in order.
+ *  - The sender copies a piece of a message into slot n mod nslots (n counts the slots ever
+ *    published): into the slot's header when the piece is at most 40 bytes (a descriptor, a
+ *    small all-reduce), else into the slot's page. It writes the header (message number,
+ *    message length, offset of the piece) and publishes the slot by storing pub = n + 1 in the
+ *    header with release order. A message of L bytes takes max(1, ceil(L / slot_bytes)) slots;
+ *    one of at most slot_bytes can be received in place (zero copy).
+ *  - The receiver polls pub of the slot it expects next (acquire order). The header and a small
+ *    piece are on that same cache line, so a small message costs the receiver one line brought
+ *    over from the sender's core (a head counter beside the slots cost two, and the page a
+ *    third: 2 ranks, 8 B to 4 KiB all-reduce 5-13% faster, docs/performance.md 2026-11-27 (2)).
+ *    It checks the header against the receive it has posted (message number, exact length),
+ *    copies the piece out or hands the slot to the engine, which reduces straight out of it
+ *    into the user buffer; freed slots advance tail (release order), always in order.
  *  - Waiting: the engine spins first (RING_SPIN_US, yielding the CPU). Before it sleeps in
  *    poll(), a side that waits raises its sleep flag, fences and looks at the queue again; the
  *    other side fences after publishing and, if the flag is up, takes it down and writes one
@@ -66,7 +71,7 @@
 #define SEG_MAGIC 0x52475347u   /* "RGSG" */
 #define OFFER_MAGIC 0x5247534fu /* "RGSO" */
 #define ACK_MAGIC 0x52475341u   /* "RGSA" */
-#define SEG_VERSION 1u
+#define SEG_VERSION 2u
 #define OFFER_LEN 256
 #define OFFER_TEXT 240
 #define ACK_LEN 8
@@ -76,13 +81,20 @@
 #define MAX_SLOT (4 * (size_t)1024 * 1024)
 #define NAME_PREFIX "ringcomm-"
 
+#define INLINE_MAX 40 /* a piece this small travels in its slot's header (the descriptor is 40) */
+
+/* One cache line per slot: a receiver that sees pub has the header and a small piece at once. */
 typedef struct slot_hdr {
-    uint32_t seq;
-    uint32_t pad;
+    /* (uint32_t)(slot number + 1) once the piece is readable. 32 bits wrap after 4G slots, but
+     * the value a reused slot still holds is nslots less than the one awaited, and a fresh
+     * segment's 0 is never awaited before the wrap, so no stale value is ever taken as new. */
+    alignas(64) _Atomic uint32_t pub;
+    uint32_t seq;                     /* message number */
     uint64_t msg_len;
     uint64_t off;
-    uint64_t pad2;
+    unsigned char inl[INLINE_MAX];    /* the piece, if it is at most INLINE_MAX bytes */
 } slot_hdr;
+_Static_assert(sizeof(slot_hdr) == 64, "a slot header is one cache line");
 
 typedef struct seg_ctl {
     uint32_t magic, version;
@@ -90,8 +102,7 @@ typedef struct seg_ctl {
     uint32_t from, to;
     uint32_t nslots, pad;
     uint64_t slot_bytes, total_bytes, data_off;
-    alignas(64) _Atomic uint64_t head; /* slots published: written by the sender */
-    _Atomic uint32_t rx_sleep;         /* receiver is about to sleep: ring after publishing */
+    alignas(64) _Atomic uint32_t rx_sleep; /* receiver is about to sleep: ring after publishing */
     alignas(64) _Atomic uint64_t tail; /* slots freed: written by the receiver */
     _Atomic uint32_t tx_sleep;         /* sender waits for a free slot: ring after freeing */
     alignas(64) slot_hdr slots[];
@@ -113,7 +124,7 @@ typedef struct shm_conn {
     size_t slot_bytes;
     uint64_t next;    /* sender: next slot to publish; receiver: next slot to read */
     uint64_t freed;   /* receiver: slots freed (= tail) */
-    uint64_t seen;    /* receiver: head last read; sender: tail last read */
+    uint64_t seen;    /* sender: tail last read */
     uint8_t *done_at; /* receiver: slot read and released, waiting for the ones before it */
     ring__mq_t q;     /* messages posted, in order */
     ring_result_t failed;
@@ -270,7 +281,6 @@ static void make_segment(shm_ctx *ctx, up *u)
     h->slot_bytes = slot_bytes;
     h->total_bytes = total;
     h->data_off = doff;
-    atomic_init(&h->head, 0);
     atomic_init(&h->tail, 0);
     atomic_init(&h->rx_sleep, 0);
     atomic_init(&h->tx_sleep, 0);
@@ -550,13 +560,16 @@ static ring_result_t send_progress(shm_conn *c, int *moved)
                 if (c->next - c->seen >= c->nslots) goto out;
             }
             uint32_t i = (uint32_t)(c->next % c->nslots);
+            slot_hdr *h = &c->ctl->slots[i];
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
-            if (piece) memcpy(c->data + (size_t)i * c->slot_bytes, r->buf + r->done, piece);
-            c->ctl->slots[i] = (slot_hdr){.seq = r->seq, .msg_len = r->len, .off = r->done};
+            if (piece) memcpy(piece <= INLINE_MAX ? h->inl : (unsigned char *)c->data + (size_t)i * c->slot_bytes, r->buf + r->done, piece);
+            h->seq = r->seq;
+            h->msg_len = r->len;
+            h->off = r->done;
             r->done += piece;
             r->first = 0;
             c->next++;
-            atomic_store_explicit(&c->ctl->head, c->next, memory_order_release);
+            atomic_store_explicit(&h->pub, (uint32_t)c->next, memory_order_release);
             published = 1;
         }
         r->moved = 1;
@@ -585,22 +598,22 @@ static void free_slot(shm_conn *c, uint64_t slot)
     }
 }
 
+/* Receiver: the sender published slot `next` (its header, and its piece, are readable). */
+static int readable(shm_conn *c)
+{
+    return atomic_load_explicit(&c->ctl->slots[c->next % c->nslots].pub, memory_order_acquire) == (uint32_t)(c->next + 1);
+}
+
 static ring_result_t recv_progress(shm_conn *c, int *moved)
 {
     ring_comm_t *comm = c->ctx->comm;
     while (c->q.qh) {
         shm_req *r = c->q.qh;
         while (r->first || r->done < r->len) {
-            if (c->next == c->seen) {
-                c->seen = atomic_load_explicit(&c->ctl->head, memory_order_acquire);
-                if (c->next == c->seen) return RING_OK;
-            }
-            if (c->seen - c->freed > c->nslots)
-                return c->failed = ring__seterr(comm, RING_ERR_PROTOCOL, "shm: the queue from %s is corrupt (head %llu, tail %llu)",
-                                                c->desc, (unsigned long long)c->seen, (unsigned long long)c->freed);
+            if (!readable(c)) return RING_OK;
             uint32_t i = (uint32_t)(c->next % c->nslots);
-            slot_hdr h = c->ctl->slots[i];
-            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h.seq, h.msg_len, h.off);
+            const slot_hdr *h = &c->ctl->slots[i];
+            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, h->msg_len, h->off);
             if (rc != RING_OK) return c->failed = rc;
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
             r->first = 0;
@@ -610,7 +623,7 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
                 r->done = r->len;
                 break;
             }
-            if (piece) memcpy(r->buf + r->done, c->data + (size_t)i * c->slot_bytes, piece);
+            if (piece) memcpy(r->buf + r->done, piece <= INLINE_MAX ? h->inl : (const unsigned char *)c->data + (size_t)i * c->slot_bytes, piece);
             r->done += piece;
             free_slot(c, c->next++);
         }
@@ -648,7 +661,8 @@ static const void *shm_zc_data(void *vr)
 {
     shm_req *r = vr;
     shm_conn *c = r->conn;
-    return c->data + (size_t)(r->slot % c->nslots) * c->slot_bytes;
+    const uint32_t i = (uint32_t)(r->slot % c->nslots);
+    return r->len <= INLINE_MAX ? (const void *)c->ctl->slots[i].inl : c->data + (size_t)i * c->slot_bytes;
 }
 
 static void shm_zc_release(void *vr)
@@ -664,7 +678,7 @@ static int stuck(shm_conn *c)
 {
     if (!c->q.qh) return 0;
     if (c->is_send) return c->next - atomic_load_explicit(&c->ctl->tail, memory_order_acquire) >= c->nslots;
-    return c->next == atomic_load_explicit(&c->ctl->head, memory_order_acquire);
+    return !readable(c);
 }
 
 /* Read doorbells; notice an orderly close of the socket (the peer exited). */
