@@ -239,8 +239,8 @@ int64_t ring__now_ns(void);
  * compute: it always yields, as they may need its CPU. */
 extern _Thread_local int ring__on_progress_thread;
 
-/* One try of an active wait that has been idle for idle_ns: a few pause instructions when
- * this rank has a CPU to itself and the wait is within RING_SPIN_US, else sched_yield, which
+/* One try of an active wait that has been idle for idle_ns: one pause instruction when this
+ * rank has a CPU to itself and the wait is within RING_SPIN_US, else sched_yield, which
  * is a system call (0.2-0.5 us, longer than a shared-memory hand-off takes) but lets another
  * thread of this process, or the rank that will answer, run on this CPU. Waits on a shared
  * page go on trying longer than RING_SPIN_US (they have no descriptor to sleep on): past it
@@ -248,13 +248,15 @@ extern _Thread_local int ring__on_progress_thread;
 static inline void ring__spin_once(const ring_comm_t *comm, int64_t idle_ns)
 {
     if (comm->spin_busy && !ring__on_progress_thread && idle_ns < (int64_t)comm->params.spin_us * 1000) {
-        for (int i = 0; i < 8; i++) {
+        /* One, not a few: a pause takes 61 cycles on AMD Zen 3 (measured) and about 140 on
+         * Intel since Skylake, so eight made each try 0.2-0.5 us and a message waited half of
+         * that on average before it was seen (2 ranks, 8 B all-reduce 5-6% faster with one,
+         * docs/performance.md 2026-11-27 (2)). */
 #if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #elif defined(__aarch64__)
-            __asm__ __volatile__("yield");
+        __asm__ __volatile__("yield");
 #endif
-        }
         return;
     }
     sched_yield();
