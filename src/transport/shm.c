@@ -549,6 +549,13 @@ static ring_result_t shm_irecv(void *vc, void *buf, size_t len, void *mh, void *
     return post(c, buf, len, rp);
 }
 
+/* Where slot i's piece of `piece` bytes lies: in the slot's header up to INLINE_MAX bytes, else
+ * in its page. Sender and receiver compute `piece` alike (their lengths are checked equal). */
+static unsigned char *piece_at(const shm_conn *c, uint32_t i, size_t piece)
+{
+    return piece <= INLINE_MAX ? c->ctl->slots[i].inl : (unsigned char *)c->data + (size_t)i * c->slot_bytes;
+}
+
 static ring_result_t send_progress(shm_conn *c, int *moved)
 {
     int published = 0;
@@ -562,7 +569,7 @@ static ring_result_t send_progress(shm_conn *c, int *moved)
             uint32_t i = (uint32_t)(c->next % c->nslots);
             slot_hdr *h = &c->ctl->slots[i];
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
-            if (piece) memcpy(piece <= INLINE_MAX ? h->inl : (unsigned char *)c->data + (size_t)i * c->slot_bytes, r->buf + r->done, piece);
+            if (piece) memcpy(piece_at(c, i, piece), r->buf + r->done, piece);
             h->seq = r->seq;
             h->msg_len = r->len;
             h->off = r->done;
@@ -623,7 +630,7 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
                 r->done = r->len;
                 break;
             }
-            if (piece) memcpy(r->buf + r->done, piece <= INLINE_MAX ? h->inl : (const unsigned char *)c->data + (size_t)i * c->slot_bytes, piece);
+            if (piece) memcpy(r->buf + r->done, piece_at(c, i, piece), piece);
             r->done += piece;
             free_slot(c, c->next++);
         }
@@ -661,8 +668,8 @@ static const void *shm_zc_data(void *vr)
 {
     shm_req *r = vr;
     shm_conn *c = r->conn;
-    const uint32_t i = (uint32_t)(r->slot % c->nslots);
-    return r->len <= INLINE_MAX ? (const void *)c->ctl->slots[i].inl : c->data + (size_t)i * c->slot_bytes;
+    /* A zero-copy receive is one piece: the whole message. */
+    return piece_at(c, (uint32_t)(r->slot % c->nslots), r->len);
 }
 
 static void shm_zc_release(void *vr)
