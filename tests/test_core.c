@@ -1157,13 +1157,14 @@ Test(pair, p2p_exchange_in_order)
     ring_comm_destroy(c[1]);
 }
 
-/* Shared-memory pieces travel in the slot header up to 40 bytes and in the slot's page above
- * (src/transport/shm.c), and a message longer than a slot (64 KiB on this edge) ends with a
- * piece of any size: lengths on both sides of both limits, more messages than the edge has
- * slots (4), so that every slot is reused with the other kind of piece. */
-static const size_t shm_lens[] = {0,         1,         39,         40,         41,         63,         64,
-                                  4096,      65535,     65536,      65537,      65536 + 40, 65536 + 41, 3 * 65536 + 40,
-                                  40,        0,         5 * 65536 + 1};
+/* Shared-memory pieces travel in the slot header up to 104 bytes (40 on its first cache line)
+ * and in the slot's page above (src/transport/shm.c), and a message longer than a slot (64 KiB
+ * on this edge) ends with a piece of any size: lengths on both sides of these limits, more
+ * messages than the edge has slots (4), so that every slot is reused with the other kind of
+ * piece. */
+static const size_t shm_lens[] = {0,          1,          39,         40,          41,          103,        104,
+                                  105,        4096,       65535,      65536,       65537,       65536 + 104, 65536 + 105,
+                                  3 * 65536 + 40, 104,    0,          5 * 65536 + 1, 105,       1};
 #define SHM_NLENS (sizeof shm_lens / sizeof *shm_lens)
 
 typedef struct shm_arg {

@@ -1661,6 +1661,37 @@ Test(mismatch, tree_broadcast_with_a_different_root, .timeout = 120)
     tree_mismatch(8, 3, 5, 6);
 }
 
+/* Over shared memory a small recursive-doubling all-reduce sends its descriptor and its data as
+ * one message of another length than a descriptor (rd.c). Rank 0 all-reduces, the others
+ * broadcast with a tree (RING_ALGO=rd: both latency algorithms at 4 ranks on one host). Rank 1
+ * is rank 0's first partner and takes it as its left neighbour: its descriptor receive gets the
+ * packed message, and must still name both calls, not two lengths. Every rank must end with the
+ * mismatch (in the broadcast, or the barrier after it where its broadcast could finish). */
+Test(mismatch, tree_broadcast_against_a_packed_allreduce)
+{
+    enum { N = 4 };
+    clear_env();
+    setenv("RING_ALGO", "rd", 1);
+    ring_comm_t *c[N];
+    group_init(c, N, 60000);
+    call_t k[N], b[N];
+    for (int r = 0; r < N; r++)
+        k[r] = (call_t){.comm = c[r], .kind = r == 0 ? K_ALLREDUCE : K_BROADCAST, .count = 10, .dt = RING_FLOAT32, .root = 2};
+    run_calls(k, N);
+    for (int r = 0; r < N; r++) b[r] = (call_t){.comm = c[r], .kind = K_BARRIER};
+    run_calls(b, N);
+    const char *na = "allreduce(count=10,", *nb = "broadcast(count=10,";
+    for (int r = 0; r < N; r++) {
+        const call_t *e = k[r].rc != RING_OK ? &k[r] : &b[r];
+        cr_log_info("tree against packed all-reduce: rank %d: %s: %s", r, k[r].rc != RING_OK ? "broadcast" : "barrier", e->msg);
+        cr_assert_eq(e->rc, RING_ERR_MISMATCH, "rank %d got %s: %s", r, ring_result_name(e->rc), e->msg);
+        cr_assert(strstr(e->msg, na) && strstr(e->msg, nb), "rank %d does not show both calls: %s", r, e->msg);
+    }
+    cr_assert_neq(k[1].rc, RING_OK, "rank 1's broadcast finished although its left neighbour all-reduced");
+    group_destroy(c, N);
+    clear_env();
+}
+
 Test(mismatch, four_ranks_where_one_far_rank_differs, .timeout = 120)
 {
     clear_env();

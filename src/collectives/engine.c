@@ -217,6 +217,17 @@ ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t 
     return RING_OK;
 }
 
+/* A receive that failed on its length keeps, over shared memory, the first 40 bytes of what
+ * came: the peer's descriptor when the first messages differ in length (rd.c packs small data
+ * with its descriptor). If that descriptor differs from this rank's, it says more than two
+ * lengths do. theirs must start zeroed. */
+int ring__desc_salvage(ring_comm_t *comm, ring_result_t *rc, const unsigned char *mine, const unsigned char *theirs,
+                       const char *relation, const char *who)
+{
+    if (*rc != RING_ERR_MISMATCH || ring__get32(theirs) != DESC_MAGIC) return 0;
+    return ring__desc_check(comm, mine, theirs, relation, who) == RING_ERR_MISMATCH;
+}
+
 ring_result_t ring__desc_step(ring_comm_t *comm, const ring__transport_t *stp, const ring__transport_t *rtp,
                               void **dsend, void **drecv, int *sent, int *got, const unsigned char *mine,
                               const unsigned char *theirs, int *busy)
@@ -288,6 +299,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     int got_desc = 0, sent_desc = 0;
     size_t ns_posted = 0, ns_done = 0, nr_posted = 0, nr_done = 0;
     int64_t last = ring__now_ns();
+    memset(theirdesc, 0, sizeof theirdesc);
 
     RING_CHECK(ring__scratch_ensure(comm, (size_t)depth * slot_bytes));
     RING_CHECK(ensure_state(comm, depth));
@@ -412,6 +424,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     }
 
 fail:
+    if (!got_desc) ring__desc_salvage(comm, &rc, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]);
     if (rc != RING_OK) {
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu failed: %s", ring__coll_name(s->op->coll),
                  (unsigned long long)s->op->seq, comm->errmsg);

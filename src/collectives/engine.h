@@ -85,6 +85,11 @@ uint32_t ring__desc_hints(const unsigned char *desc);
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);
+/* After a receive failed with *rc = RING_ERR_MISMATCH: 1 if theirs (zeroed before the receive)
+ * holds a descriptor that differs from mine, which then is the error set on comm (*rc stays
+ * RING_ERR_MISMATCH); else 0 and nothing changes. */
+int ring__desc_salvage(ring_comm_t *comm, ring_result_t *rc, const unsigned char *mine, const unsigned char *theirs,
+                       const char *relation, const char *who);
 /*
  * One step of the descriptor exchange of a ring pass (mine to the right on sconn, theirs from
  * the left on rconn, both posted): test the two requests, clear them when done, check theirs

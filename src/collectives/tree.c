@@ -98,5 +98,14 @@ ring_result_t ring__broadcast_tree(ring_comm_t *comm, const ring__opdesc_t *op)
     }
     RING_CHECK(ring__p2p_run_locked(comm, ops, k));
 fail:
+    if (rc == RING_ERR_MISMATCH) {
+        /* A first message of another length (rd.c packs small data with its descriptor). */
+        char who[160];
+        ring__peer_desc(comm, left.peer, who, sizeof who);
+        if (!ring__desc_salvage(comm, &rc, mydesc, left.theirs, left.relation, who) && parent >= 0) {
+            ring__peer_desc(comm, up.peer, who, sizeof who);
+            ring__desc_salvage(comm, &rc, mydesc, up.theirs, up.relation, who);
+        }
+    }
     return ring__algo_failed(comm, rc, op, "binomial tree");
 }

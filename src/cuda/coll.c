@@ -315,7 +315,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     const size_t slot = (comm->params.chunk_bytes + 255) & ~(size_t)255;
     void *sconn = comm->send_right, *rconn = comm->recv_left;
     const ring__transport_t *stp = ring__tp_of(sconn), *rtp = ring__tp_of(rconn);
-    unsigned char mydesc[RING__DESC_LEN], theirdesc[RING__DESC_LEN];
+    unsigned char mydesc[RING__DESC_LEN], theirdesc[RING__DESC_LEN] = {0};
     void *dsend = NULL, *drecv = NULL;
     int got_desc = 0, sent_desc = 0;
     /* CUDA IPC (ipc.c): the link messages, and the links' first message numbers this call. */
@@ -600,6 +600,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     if (ipc_on) ring__ipc_end(comm, &ic, nsend, nrecv);
 
 fail:
+    if (!got_desc) ring__desc_salvage(comm, &rc, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]);
     /* Requests still posted point into the pinned slots (and the descriptors into this frame,
      * which the host engine shares: a failed communicator is never driven again). */
     if (rc != RING_OK && (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv || lsend || lrecv))

@@ -18,22 +18,27 @@
  *  A segment is only left behind if its creator is killed between steps 1 and 2; the next
  *  communicator of the same user sweeps segments whose creator no longer exists.
  *
- * The segment: a control page (header, tail counter, sleep flags, one 64-byte header per
+ * The segment: a control page (header, tail counter, sleep flags, one 128-byte header per
  * slot), then nslots payload slots of slot_bytes each, page-aligned. It is one
  * single-producer/single-consumer queue of slots:
  *  - The sender copies a piece of a message into slot n mod nslots (n counts the slots ever
- *    published): into the slot's header when the piece is at most 40 bytes (a descriptor, a
- *    small all-reduce), else into the slot's page. It writes the header (message number,
+ *    published): into the slot's header when the piece is at most 104 bytes (a descriptor, a
+ *    small all-reduce, or both in one message), else into the slot's page. It writes the header (message number,
  *    message length, offset of the piece) and publishes the slot by storing pub = n + 1 in the
  *    header with release order. A message of L bytes takes max(1, ceil(L / slot_bytes)) slots;
  *    one of at most slot_bytes can be received in place (zero copy).
- *  - The receiver polls pub of the slot it expects next (acquire order). The header and a small
- *    piece are on that same cache line, so a small message costs the receiver one line brought
- *    over from the sender's core (a head counter beside the slots cost two, and the page a
- *    third: 2 ranks, 8 B to 4 KiB all-reduce 5-13% faster, docs/performance.md 2026-11-27 (2)).
- *    It checks the header against the receive it has posted (message number, exact length),
- *    copies the piece out or hands the slot to the engine, which reduces straight out of it
- *    into the user buffer; freed slots advance tail (release order), always in order.
+ *  - The receiver polls pub of the slot it expects next (acquire order). The header and a piece
+ *    of up to 40 bytes are on that same cache line, so a small message costs the receiver one
+ *    line brought over from the sender's core, two up to 104 bytes (a head counter beside the
+ *    slots cost one more, and the page another: 2 ranks, 8 B to 4 KiB all-reduce 5-13% faster,
+ *    docs/performance.md 2026-11-27 (2)). It checks the header against the receive it has
+ *    posted (message number, exact length), copies the piece out or hands the slot to the
+ *    engine, which reduces straight out of it into the user buffer; freed slots advance tail
+ *    (release order), always in order. A message of another length fails the receive
+ *    (RING_ERR_MISMATCH), but its first bytes, up to the descriptor's 40, are copied into the
+ *    receive's buffer first: every collective opens with its descriptor, and with both in hand
+ *    the caller can say which calls differ even where the lengths of the first messages do
+ *    (src/collectives/rd.c sends its descriptor and a small buffer as one message).
  *  - Waiting: the engine spins first (RING_SPIN_US, yielding the CPU). Before it sleeps in
  *    poll(), a side that waits raises its sleep flag, fences and looks at the queue again; the
  *    other side fences after publishing and, if the flag is up, takes it down and writes one
@@ -71,7 +76,7 @@
 #define SEG_MAGIC 0x52475347u   /* "RGSG" */
 #define OFFER_MAGIC 0x5247534fu /* "RGSO" */
 #define ACK_MAGIC 0x52475341u   /* "RGSA" */
-#define SEG_VERSION 2u
+#define SEG_VERSION 3u
 #define OFFER_LEN 256
 #define OFFER_TEXT 240
 #define ACK_LEN 8
@@ -81,9 +86,13 @@
 #define MAX_SLOT (4 * (size_t)1024 * 1024)
 #define NAME_PREFIX "ringcomm-"
 
-#define INLINE_MAX 40 /* a piece this small travels in its slot's header (the descriptor is 40) */
+/* A piece this small travels in its slot's header: up to 40 bytes (a descriptor, a small
+ * all-reduce) on the header's first cache line, up to 104 (a descriptor with up to 64 bytes of
+ * data, src/collectives/rd.c) on its two. */
+#define INLINE_MAX 104
+#define MISMATCH_PREFIX 40 /* bytes of a message of the wrong length still delivered: a descriptor */
 
-/* One cache line per slot: a receiver that sees pub has the header and a small piece at once. */
+/* Two cache lines per slot: a receiver that sees pub has the header and a small piece at once. */
 typedef struct slot_hdr {
     /* (uint32_t)(slot number + 1) once the piece is readable. 32 bits wrap after 4G slots, but
      * the value a reused slot still holds is nslots less than the one awaited, and a fresh
@@ -94,7 +103,7 @@ typedef struct slot_hdr {
     uint64_t off;
     unsigned char inl[INLINE_MAX];    /* the piece, if it is at most INLINE_MAX bytes */
 } slot_hdr;
-_Static_assert(sizeof(slot_hdr) == 64, "a slot header is one cache line");
+_Static_assert(sizeof(slot_hdr) == 128, "a slot header is two cache lines");
 
 typedef struct seg_ctl {
     uint32_t magic, version;
@@ -124,7 +133,7 @@ typedef struct shm_conn {
     size_t slot_bytes;
     uint64_t next;    /* sender: next slot to publish; receiver: next slot to read */
     uint64_t freed;   /* receiver: slots freed (= tail) */
-    uint64_t seen;    /* sender: tail last read */
+    uint64_t tail_seen; /* sender: tail as last read */
     uint8_t *done_at; /* receiver: slot read and released, waiting for the ones before it */
     ring__mq_t q;     /* messages posted, in order */
     ring_result_t failed;
@@ -343,7 +352,13 @@ static int map_segment(shm_ctx *ctx, up *u)
     }
     u->seg_bytes = (size_t)total;
     seg_ctl *h = (seg_ctl *)u->seg;
-    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nonce != comm->job_nonce ||
+    /* A peer linked against another ringcomm build lays its slots out differently. */
+    if (h->magic == SEG_MAGIC && h->version != SEG_VERSION) {
+        say(u->reason, sizeof u->reason, "the segment from rank %d has layout version %u, this rank's is %u (different ringcomm builds?)",
+            u->peer, h->version, SEG_VERSION);
+        return EPROTO;
+    }
+    if (h->magic != SEG_MAGIC || h->nonce != comm->job_nonce ||
         h->from != (uint32_t)u->peer || h->to != (uint32_t)comm->rank || h->nslots == 0 || h->nslots > MAX_SLOTS ||
         h->slot_bytes < PAGE || h->slot_bytes > MAX_SLOT || h->slot_bytes % 64 || h->total_bytes != total ||
         h->data_off != data_off_for(h->nslots) || h->data_off + (uint64_t)h->nslots * h->slot_bytes != total) {
@@ -562,9 +577,9 @@ static ring_result_t send_progress(shm_conn *c, int *moved)
     while (c->q.qh) {
         shm_req *r = c->q.qh;
         while (r->first || r->done < r->len) {
-            if (c->next - c->seen >= c->nslots) {
-                c->seen = atomic_load_explicit(&c->ctl->tail, memory_order_acquire);
-                if (c->next - c->seen >= c->nslots) goto out;
+            if (c->next - c->tail_seen >= c->nslots) {
+                c->tail_seen = atomic_load_explicit(&c->ctl->tail, memory_order_acquire);
+                if (c->next - c->tail_seen >= c->nslots) goto out;
             }
             uint32_t i = (uint32_t)(c->next % c->nslots);
             slot_hdr *h = &c->ctl->slots[i];
@@ -605,10 +620,11 @@ static void free_slot(shm_conn *c, uint64_t slot)
     }
 }
 
-/* Receiver: the sender published slot `next` (its header, and its piece, are readable). */
-static int readable(shm_conn *c)
+/* Receiver: the sender published slot i = next mod nslots (its header, and its piece, are
+ * readable). */
+static int readable(shm_conn *c, uint32_t i)
 {
-    return atomic_load_explicit(&c->ctl->slots[c->next % c->nslots].pub, memory_order_acquire) == (uint32_t)(c->next + 1);
+    return atomic_load_explicit(&c->ctl->slots[i].pub, memory_order_acquire) == (uint32_t)(c->next + 1);
 }
 
 static ring_result_t recv_progress(shm_conn *c, int *moved)
@@ -617,10 +633,14 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
     while (c->q.qh) {
         shm_req *r = c->q.qh;
         while (r->first || r->done < r->len) {
-            if (!readable(c)) return RING_OK;
             uint32_t i = (uint32_t)(c->next % c->nslots);
+            if (!readable(c, i)) return RING_OK;
             const slot_hdr *h = &c->ctl->slots[i];
             ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, h->msg_len, h->off);
+            if (rc == RING_ERR_MISMATCH && r->first && r->buf) {
+                size_t theirs = RING__MIN(c->slot_bytes, h->msg_len);
+                memcpy(r->buf, piece_at(c, i, theirs), RING__MIN(RING__MIN(r->len, theirs), (size_t)MISMATCH_PREFIX));
+            }
             if (rc != RING_OK) return c->failed = rc;
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
             r->first = 0;
@@ -685,7 +705,7 @@ static int stuck(shm_conn *c)
 {
     if (!c->q.qh) return 0;
     if (c->is_send) return c->next - atomic_load_explicit(&c->ctl->tail, memory_order_acquire) >= c->nslots;
-    return !readable(c);
+    return !readable(c, (uint32_t)(c->next % c->nslots));
 }
 
 /* Read doorbells; notice an orderly close of the socket (the peer exited). */
