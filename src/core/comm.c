@@ -225,13 +225,25 @@ static void release_network(ring_comm_t *comm)
  * new communicator; then the old handle aliases the new one, which no registry can tell. */
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static ring_comm_t *live_head;
+/* Every call checks its handle, and a small all-reduce takes 0.4-0.5 us: a thread remembers the
+ * last handle it found and the count of removals then, and skips the lock and the walk while no
+ * communicator has been destroyed since. */
+static _Atomic uint64_t live_removals;
+static _Thread_local const ring_comm_t *live_seen;
+static _Thread_local uint64_t live_seen_at;
 
 int ring__comm_live(const ring_comm_t *comm)
 {
+    if (comm && comm == live_seen && atomic_load_explicit(&live_removals, memory_order_acquire) == live_seen_at) return 1;
     int found = 0;
     pthread_mutex_lock(&live_mu);
+    uint64_t at = atomic_load_explicit(&live_removals, memory_order_relaxed);
     for (ring_comm_t *c = live_head; c && !found; c = c->live_next) found = c == comm;
     pthread_mutex_unlock(&live_mu);
+    if (found) {
+        live_seen = comm;
+        live_seen_at = at;
+    }
     return found;
 }
 
@@ -251,6 +263,7 @@ static int live_remove(ring_comm_t *comm)
     for (ring_comm_t **pp = &live_head; *pp; pp = &(*pp)->live_next)
         if (*pp == comm) {
             *pp = comm->live_next;
+            atomic_fetch_add_explicit(&live_removals, 1, memory_order_release);
             found = 1;
             break;
         }
