@@ -298,7 +298,8 @@ ring_result_t ring__engine_run(ring__sched_t *s)
     void *dsend = NULL, *drecv = NULL;
     int got_desc = 0, sent_desc = 0;
     size_t ns_posted = 0, ns_done = 0, nr_posted = 0, nr_done = 0;
-    int64_t last = ring__now_ns();
+    ring__idle_t idle;
+    ring__idle_start(&idle, (int64_t)comm->params.spin_us * 1000);
     memset(theirdesc, 0, sizeof theirdesc);
 
     RING_CHECK(ring__scratch_ensure(comm, (size_t)depth * slot_bytes));
@@ -415,12 +416,11 @@ ring_result_t ring__engine_run(ring__sched_t *s)
 
         if (got_desc && sent_desc && ns_done == s->nsend && nr_done == s->nrecv) break;
 
-        int64_t now = ring__now_ns();
         if (busy || moved) {
-            last = now;
+            ring__idle_progress(&idle);
             continue;
         }
-        RING_CHECK(ring__engine_idle(s, now - last, ns_done, nr_done, got_desc));
+        RING_CHECK(ring__engine_idle(s, ring__idle_ns(&idle), ns_done, nr_done, got_desc));
     }
 
 fail:

@@ -11,6 +11,7 @@
 
 #include "internal.h"
 #include "partition.h"
+#include "transport.h"
 
 #define RING__NONE ((size_t)-1)
 
@@ -69,9 +70,9 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
  * The collective descriptor every algorithm exchanges before data: sequence number,
  * collective, count, dtype, op, root and algorithm (RING__ALGO_RING / RING__ALGO_RD), with
  * fields that do not apply zeroed. check() returns RING_ERR_MISMATCH with both sides spelled
- * out ("its <relation> <who> called ..."), RING_ERR_PROTOCOL for garbage.
+ * out ("its <relation> <who> called ..."), RING_ERR_PROTOCOL for garbage. Its length,
+ * RING__DESC_LEN, is in transport.h.
  */
-#define RING__DESC_LEN 40
 /* Or-ed into a descriptor's algorithm: the ring call of a rank with RING_CUDA_IPC=1 and device
  * buffers, whose link messages (src/cuda/ipc.c) follow the descriptor. */
 #define RING__ALGO_CUDA_IPC 0x100

@@ -38,10 +38,11 @@
 #define PACK_DATA 64
 #define PACK_LEN (RING__DESC_LEN + PACK_DATA)
 
-/* Both ends of a connection see the same transport, so both decide alike for one message. */
+/* Only where a length mismatch still delivers the other side's descriptor (shared memory).
+ * Both ends of a connection see the same transport, so both decide alike for one message. */
 static int packs(void *conn, size_t bytes)
 {
-    return bytes && bytes <= PACK_DATA && ring__tp_of(conn) == &ring__shm_transport;
+    return bytes && bytes <= PACK_DATA && ring__tp_of(conn)->mismatch_prefix >= RING__DESC_LEN;
 }
 
 int ring__pow2_floor(int n)
@@ -77,13 +78,12 @@ static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, in
                               size_t sbytes, int do_recv, void *rbuf, size_t rbytes, const char *relation)
 {
     ring_result_t rc = RING_OK;
-    unsigned char theirs[RING__DESC_LEN], pout[PACK_LEN], pin[PACK_LEN];
+    unsigned char tdesc[RING__DESC_LEN], pout[PACK_LEN], pin[PACK_LEN];
     ring__p2p_op_t ops[4];
     int n = 0;
     char who[160];
     const int pack_send = do_send && packs(comm->conn_send[peer], sbytes);
     const int pack_recv = do_recv && packs(comm->conn_recv[peer], rbytes);
-    memset(theirs, 0, sizeof theirs);
     if (pack_send) {
         memcpy(pout, mydesc, RING__DESC_LEN);
         memcpy(pout + RING__DESC_LEN, sbuf, sbytes);
@@ -93,15 +93,16 @@ static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, in
         ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
         if (sbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = sbytes};
     }
+    /* Zeroed: a failed receive may leave it as it was (ring__desc_salvage). */
+    unsigned char *theirs = pack_recv ? pin : tdesc;
+    memset(theirs, 0, RING__DESC_LEN);
     if (pack_recv) {
-        memset(pin, 0, RING__DESC_LEN);
         ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = pin, .len = PACK_LEN};
     } else if (do_recv) {
-        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = theirs, .len = RING__DESC_LEN};
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = tdesc, .len = RING__DESC_LEN};
         if (rbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = rbytes};
     }
     rc = ring__p2p_run_locked(comm, ops, n);
-    if (pack_recv) memcpy(theirs, pin, RING__DESC_LEN);
     if (do_recv && (rc == RING_OK || rc == RING_ERR_PROTOCOL) && memcmp(theirs, mydesc, RING__DESC_LEN) != 0) {
         ring__peer_desc(comm, peer, who, sizeof who);
         ring_result_t dc = ring__desc_check(comm, mydesc, theirs, relation, who);

@@ -62,6 +62,9 @@
  * 16 KiB 6.0 / 7.6 / 14.8 | 14.9 / 22.9 / 34.7, one up to 64 KiB 8.1 / 10.1 / 18.8 | 16.3 /
  * 22.6 / 36.4 (docs/performance.md). */
 #define SMALL_ROUND ((size_t)16 * 1024)
+/* Waits on the page have no descriptor to sleep on: they spin (yielding when oversubscribed)
+ * this long, then nap, 20 us at a time up to 100 ms of waiting and 1 ms after that. */
+#define SPIN_NS 2000000
 
 enum { KIND_SM = 1, KIND_OTHER = 2, KIND_DEVICE = 3 };
 
@@ -224,7 +227,8 @@ static ring_result_t check_rec(ring_comm_t *comm, const ring__opdesc_t *op, int 
 static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, uint64_t target, int first, int *ring)
 {
     const int n = comm->nranks;
-    int64_t since = ring__now_ns();
+    ring__idle_t waited;
+    ring__idle_start(&waited, SPIN_NS);
     ring_result_t rc = RING_OK;
     int p = 0, checked = first ? 0 : n; /* ranks 0..checked-1 have a good record */
     atomic_store_explicit(&m->row[comm->rank].progress, target, memory_order_release);
@@ -245,15 +249,15 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
                 RING_CHECK(check_rec(comm, op, p, &r, ring));
                 if (*ring) goto fail;
                 checked = p + 1;
-                since = ring__now_ns();
+                ring__idle_progress(&waited);
             }
         }
         if (p < checked && atomic_load_explicit(&m->row[p].progress, memory_order_acquire) >= target) {
             p++;
-            since = ring__now_ns();
+            ring__idle_progress(&waited);
             continue;
         }
-        int64_t idle = ring__now_ns() - since;
+        int64_t idle = ring__idle_ns(&waited);
         int stop = ring__wait_stop(comm, idle, 1);
         if (stop != RING__WAIT_GO_ON) {
             char who[160];
@@ -264,7 +268,7 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
             rc = ring__wait_stop_error(comm, op, stop, "shared-memory all-reduce", who, doing);
             goto fail;
         }
-        if (idle < 2000000) ring__spin_once(comm, idle);
+        if (idle < SPIN_NS) ring__spin_once(comm, idle);
         else ring__nap_ns(idle < 100000000 ? 20000 : 1000000);
     }
 fail:

@@ -276,9 +276,9 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
     ring_result_t rc = RING_OK;
     slot st[RING__P2P_MAX_OPS];
     void *conns[2 * RING__P2P_MAX_OPS];
-    int nconn = 0, ndone = 0, fresh = 1;
-    unsigned tries = 0;
-    int64_t last = 0, now = 0;
+    int nconn = 0, ndone = 0;
+    ring__idle_t idle;
+    ring__idle_start(&idle, (int64_t)comm->params.spin_us * 1000);
 
     if (nops < 0 || nops > RING__P2P_MAX_OPS || (nops && !ops))
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "p2p: %d ops (at most %d)", nops, RING__P2P_MAX_OPS);
@@ -338,17 +338,11 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
         if (ndone == nops) break;
 
         if (busy || moved) {
-            fresh = 1;
+            ring__idle_progress(&idle);
             continue;
         }
-        /* The clock costs about as much as a look at every connection (30 ns on the 2-core VM),
-         * so a rank that spins reads it on the first idle try after progress and then every
-         * 16th (the spin ends at most 15 tries late); once it sleeps in poll(), on every try,
-         * so the timeout is on time. */
-        if (fresh || now - last >= (int64_t)comm->params.spin_us * 1000 || !(++tries & 15)) now = ring__now_ns();
-        if (fresh) last = now, fresh = 0;
         int stop;
-        RING_CHECK(ring__wait_idle(comm, conns, nconn, now - last, &stop));
+        RING_CHECK(ring__wait_idle(comm, conns, nconn, ring__idle_ns(&idle), &stop));
         if (stop == RING__WAIT_GO_ON) continue;
         if (stop == RING__WAIT_REMOTE) {
             rc = ring__remote_result(comm, "p2p");

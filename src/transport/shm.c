@@ -90,7 +90,6 @@
  * all-reduce) on the header's first cache line, up to 104 (a descriptor with up to 64 bytes of
  * data, src/collectives/rd.c) on its two. */
 #define INLINE_MAX 104
-#define MISMATCH_PREFIX 40 /* bytes of a message of the wrong length still delivered: a descriptor */
 
 /* Two cache lines per slot: a receiver that sees pub has the header and a small piece at once. */
 typedef struct slot_hdr {
@@ -639,7 +638,7 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
             ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, h->msg_len, h->off);
             if (rc == RING_ERR_MISMATCH && r->first && r->buf) {
                 size_t theirs = RING__MIN(c->slot_bytes, h->msg_len);
-                memcpy(r->buf, piece_at(c, i, theirs), RING__MIN(RING__MIN(r->len, theirs), (size_t)MISMATCH_PREFIX));
+                memcpy(r->buf, piece_at(c, i, theirs), RING__MIN(RING__MIN(r->len, theirs), (size_t)RING__DESC_LEN));
             }
             if (rc != RING_OK) return c->failed = rc;
             size_t piece = RING__MIN(c->slot_bytes, r->len - r->done);
@@ -789,6 +788,7 @@ int ring__shm_sweep(const char *dir)
 
 const ring__transport_t ring__shm_transport = {
     .name = "shm",
+    .mismatch_prefix = RING__DESC_LEN,
     .init = shm_init,
     .fini = shm_fini,
     .listen = ring__mq_no_listen,

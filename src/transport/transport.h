@@ -47,8 +47,20 @@ typedef struct ring__conn {
     const struct ring__transport *tp;
 } ring__conn_t;
 
+/* The collective descriptor every algorithm sends first (its format: engine.h). A transport
+ * knows its length only to hand it over on a length mismatch (mismatch_prefix below). */
+#define RING__DESC_LEN 40
+
 typedef struct ring__transport {
     const char *name;
+    /*
+     * A receive whose first message has another length than was posted still fails with
+     * RING_ERR_MISMATCH, but first gets up to this many leading bytes of what came (0: none).
+     * RING__DESC_LEN or more lets the two sides' first messages differ in length and still
+     * compare descriptors: recursive doubling then packs small data into the descriptor's
+     * message (rd.c).
+     */
+    size_t mismatch_prefix;
 
     /* Per-communicator state. init may read comm->params. fini is safe after a failed init. */
     ring_result_t (*init)(ring_comm_t *comm, void **ctx);
