@@ -1157,14 +1157,14 @@ Test(pair, p2p_exchange_in_order)
     ring_comm_destroy(c[1]);
 }
 
-/* Shared-memory pieces travel in the slot header up to 104 bytes (40 on its first cache line)
+/* Shared-memory pieces travel in the slot header up to 104 bytes (48 on its first cache line)
  * and in the slot's page above (src/transport/shm.c), and a message longer than a slot (64 KiB
  * on this edge) ends with a piece of any size: lengths on both sides of these limits, more
  * messages than the edge has slots (4), so that every slot is reused with the other kind of
  * piece. */
-static const size_t shm_lens[] = {0,          1,          39,         40,          41,          103,        104,
-                                  105,        4096,       65535,      65536,       65537,       65536 + 104, 65536 + 105,
-                                  3 * 65536 + 40, 104,    0,          5 * 65536 + 1, 105,       1};
+static const size_t shm_lens[] = {0,     1,     39,    40,    41,    47,    48,    49,    103,   104,   105,   4096,
+                                  65535, 65536, 65537, 65536 + 104, 65536 + 105, 3 * 65536 + 40, 104, 0,
+                                  5 * 65536 + 1, 105, 1};
 #define SHM_NLENS (sizeof shm_lens / sizeof *shm_lens)
 
 typedef struct shm_arg {
@@ -1196,6 +1196,8 @@ Test(pair, shm_pieces_around_the_inline_and_slot_sizes_arrive_whole)
 {
     clear_env();
     setenv("RING_TRANSPORT", "shm", 1);
+    /* The ring edge's slots hold one chunk: 64 KiB, as the lengths above assume. */
+    setenv("RING_CHUNK_BYTES", "65536", 1);
     ring_comm_t *c[2];
     init_pair(&c[0], &c[1]);
     shm_arg *a = calloc(2, sizeof *a);

@@ -12,17 +12,16 @@
  * Every data message is preceded by the 40-byte collective descriptor (engine.h), checked by
  * the receiver before it accepts the data, so a mismatched call fails with both sides named.
  * Over shared memory, data of at most PACK_DATA bytes travels in the descriptor's message
- * instead, padded to a fixed PACK_LEN bytes whatever the count, so that calls that differ still
- * exchange messages of one length and compare their descriptors; where the first messages'
- * lengths differ anyway (more data, another algorithm), the shared-memory transport still
- * delivers the other side's first 40 bytes, its descriptor (shm.c).
+ * instead. Where the first messages' lengths differ (another count, another algorithm), the
+ * shared-memory transport still delivers the other side's first 40 bytes, its descriptor
+ * (shm.c), so calls that differ are still told apart by their descriptors.
  * The barrier is the same exchange pattern with descriptors only.
  *
  * Bytes on the wire per rank for S bytes: S·log2(p) each way (plus S once each way on fold
  * pairs), in log2(p) (+2 on fold pairs) messages of 16 + S bytes and as many descriptors;
  * time ~ (log2(p) + 2·[rem > 0])·(α + S/B), against the ring's 2(N-1)·α + 2(N-1)/N·S/B: a win
  * while α dominates (small S), a loss for large S, hence RING_RD_MAX_BYTES. Packed over shared
- * memory: one message of PACK_LEN bytes each way per round.
+ * memory: one message of 40 + S bytes each way per round.
  */
 #include <string.h>
 
@@ -34,9 +33,11 @@
 /* Data up to this size rides in the descriptor's message over shared memory. Per message the
  * engine posts, tests and retires a request and the transport publishes and reads a slot: with
  * 2 ranks that was about 0.15 us of a 0.6 us 8-byte all-reduce (a barrier, one message each
- * way, took 0.45). 40 + 64 bytes fill the two cache lines of a slot header (shm.c). */
+ * way, took 0.45). 40 + 64 bytes fill the two cache lines of a slot header, 40 + 8 its first
+ * (shm.c). The message is exactly descriptor and data, not padded: where counts differ, so do
+ * the lengths, and the transport still hands over the descriptor (mismatch_prefix). */
 #define PACK_DATA 64
-#define PACK_LEN (RING__DESC_LEN + PACK_DATA)
+#define PACK_MAX (RING__DESC_LEN + PACK_DATA)
 
 /* Only where a length mismatch still delivers the other side's descriptor (shared memory).
  * Both ends of a connection see the same transport, so both decide alike for one message. */
@@ -78,7 +79,7 @@ static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, in
                               size_t sbytes, int do_recv, void *rbuf, size_t rbytes, const char *relation)
 {
     ring_result_t rc = RING_OK;
-    unsigned char tdesc[RING__DESC_LEN], pout[PACK_LEN], pin[PACK_LEN];
+    unsigned char tdesc[RING__DESC_LEN], pout[PACK_MAX], pin[PACK_MAX];
     ring__p2p_op_t ops[4];
     int n = 0;
     char who[160];
@@ -87,8 +88,7 @@ static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, in
     if (pack_send) {
         memcpy(pout, mydesc, RING__DESC_LEN);
         memcpy(pout + RING__DESC_LEN, sbuf, sbytes);
-        memset(pout + RING__DESC_LEN + sbytes, 0, PACK_DATA - sbytes);
-        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = pout, .len = PACK_LEN};
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = pout, .len = RING__DESC_LEN + sbytes};
     } else if (do_send) {
         ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
         if (sbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 1, .buf = (void *)sbuf, .len = sbytes};
@@ -97,7 +97,7 @@ static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, in
     unsigned char *theirs = pack_recv ? pin : tdesc;
     memset(theirs, 0, RING__DESC_LEN);
     if (pack_recv) {
-        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = pin, .len = PACK_LEN};
+        ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = pin, .len = RING__DESC_LEN + rbytes};
     } else if (do_recv) {
         ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = tdesc, .len = RING__DESC_LEN};
         if (rbytes) ops[n++] = (ring__p2p_op_t){.peer = peer, .is_send = 0, .buf = rbuf, .len = rbytes};

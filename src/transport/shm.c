@@ -23,12 +23,13 @@
  * single-producer/single-consumer queue of slots:
  *  - The sender copies a piece of a message into slot n mod nslots (n counts the slots ever
  *    published): into the slot's header when the piece is at most 104 bytes (a descriptor, a
- *    small all-reduce, or both in one message), else into the slot's page. It writes the header (message number,
- *    message length, offset of the piece) and publishes the slot by storing pub = n + 1 in the
- *    header with release order. A message of L bytes takes max(1, ceil(L / slot_bytes)) slots;
+ *    small all-reduce, or both in one message), else into the slot's page. It writes the
+ *    header (message number, message length, and for a message longer than 104 bytes the
+ *    offset of the piece) and publishes the slot by storing pub = n + 1 in the header with
+ *    release order. A message of L bytes takes max(1, ceil(L / slot_bytes)) slots;
  *    one of at most slot_bytes can be received in place (zero copy).
  *  - The receiver polls pub of the slot it expects next (acquire order). The header and a piece
- *    of up to 40 bytes are on that same cache line, so a small message costs the receiver one
+ *    of up to 48 bytes are on that same cache line, so a small message costs the receiver one
  *    line brought over from the sender's core, two up to 104 bytes (a head counter beside the
  *    slots cost one more, and the page another: 2 ranks, 8 B to 4 KiB all-reduce 5-13% faster,
  *    docs/performance.md 2026-11-27 (2)). It checks the header against the receive it has
@@ -76,7 +77,7 @@
 #define SEG_MAGIC 0x52475347u   /* "RGSG" */
 #define OFFER_MAGIC 0x5247534fu /* "RGSO" */
 #define ACK_MAGIC 0x52475341u   /* "RGSA" */
-#define SEG_VERSION 3u
+#define SEG_VERSION 4u
 #define OFFER_LEN 256
 #define OFFER_TEXT 240
 #define ACK_LEN 8
@@ -86,10 +87,11 @@
 #define MAX_SLOT (4 * (size_t)1024 * 1024)
 #define NAME_PREFIX "ringcomm-"
 
-/* A piece this small travels in its slot's header: up to 40 bytes (a descriptor, a small
- * all-reduce) on the header's first cache line, up to 104 (a descriptor with up to 64 bytes of
- * data, src/collectives/rd.c) on its two. */
+/* A piece this small travels in its slot's header: up to LINE1_MAX bytes (a descriptor, a
+ * descriptor with up to 8 bytes of data, src/collectives/rd.c) on the header's first cache
+ * line, up to 104 (a descriptor with up to 64 bytes of data) on its two. */
 #define INLINE_MAX 104
+#define LINE1_MAX 48
 
 /* Two cache lines per slot: a receiver that sees pub has the header and a small piece at once. */
 typedef struct slot_hdr {
@@ -99,10 +101,14 @@ typedef struct slot_hdr {
     alignas(64) _Atomic uint32_t pub;
     uint32_t seq;                     /* message number */
     uint64_t msg_len;
-    uint64_t off;
     unsigned char inl[INLINE_MAX];    /* the piece, if it is at most INLINE_MAX bytes */
+    /* The piece's offset in its message, last: a message of at most INLINE_MAX bytes is one
+     * piece at 0, and neither side touches this for it, so that one of at most LINE1_MAX
+     * bytes never brings the second line over to the other core. */
+    uint64_t off;
 } slot_hdr;
 _Static_assert(sizeof(slot_hdr) == 128, "a slot header is two cache lines");
+_Static_assert(offsetof(slot_hdr, inl) + LINE1_MAX == 64, "LINE1_MAX bytes of a piece share pub's line");
 
 typedef struct seg_ctl {
     uint32_t magic, version;
@@ -586,7 +592,7 @@ static ring_result_t send_progress(shm_conn *c, int *moved)
             if (piece) memcpy(piece_at(c, i, piece), r->buf + r->done, piece);
             h->seq = r->seq;
             h->msg_len = r->len;
-            h->off = r->done;
+            if (r->len > INLINE_MAX) h->off = r->done;
             r->done += piece;
             r->first = 0;
             c->next++;
@@ -635,9 +641,10 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
             uint32_t i = (uint32_t)(c->next % c->nslots);
             if (!readable(c, i)) return RING_OK;
             const slot_hdr *h = &c->ctl->slots[i];
-            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, h->msg_len, h->off);
+            uint64_t len = h->msg_len;
+            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, len, len > INLINE_MAX ? h->off : 0);
             if (rc == RING_ERR_MISMATCH && r->first && r->buf) {
-                size_t theirs = RING__MIN(c->slot_bytes, h->msg_len);
+                size_t theirs = RING__MIN(c->slot_bytes, len);
                 memcpy(r->buf, piece_at(c, i, theirs), RING__MIN(RING__MIN(r->len, theirs), (size_t)RING__DESC_LEN));
             }
             if (rc != RING_OK) return c->failed = rc;
