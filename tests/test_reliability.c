@@ -1886,6 +1886,68 @@ Test(sm, waits_end_in_a_timeout_an_abort_or_a_departure_naming_the_rank, .timeou
     group_destroy(c, 2);
 }
 
+/* A rank that is slow to look: rank 2 enters a small all-reduce first and is held between its
+ * look at the others and the checks that end a wait (the test hook), while ranks 0 and 1 enter,
+ * finish (a small round needs nothing more of rank 2 once its input is in) and destroy their
+ * communicators. Released, rank 2 sees the goodbyes, but everything it waits for is there:
+ * it must finish the call with the right result, not fail with RING_ERR_PEER. A build that
+ * trusted the goodbye over a last look failed here (and once in the collectives suite under
+ * ASan, 2026-11-27). */
+static ring_comm_t *_Atomic hold_comm;
+static atomic_int hold_state; /* 0: not yet, 1: holding, 2: released */
+
+static void hold_hook(const ring_comm_t *comm, uint64_t seq)
+{
+    (void)seq;
+    int idle = 0;
+    if (comm != atomic_load(&hold_comm) || !atomic_compare_exchange_strong(&hold_state, &idle, 1)) return;
+    double until = now_ms() + 20000;
+    while (atomic_load(&hold_state) == 1 && now_ms() < until) sleep_ms(1);
+}
+
+Test(sm, a_rank_slow_to_look_finishes_a_call_the_others_finished_and_left, .timeout = 120)
+{
+    clear_env();
+    enum { N = 3, COUNT = 13 };
+    ring_comm_t *c[N];
+    group_init(c, N, 60000);
+    assert_group_works(c, N, COUNT, "init");
+    uint64_t before = ring__sm_count(c[2]);
+    cr_assert(before >= 1, "the all-reduce of %d int32 on 3 ranks did not take the shared-memory path", COUNT);
+
+    atomic_store(&hold_comm, c[2]);
+    atomic_store(&hold_state, 0);
+    ring__sm_set_wait_hook_for_tests(hold_hook);
+    check_arg a[N];
+    a[2] = (check_arg){.comm = c[2], .count = COUNT, .salt = 77};
+    cr_assert_eq(pthread_create(&a[2].t, NULL, check_main, &a[2]), 0);
+    double until = now_ms() + 10000;
+    while (atomic_load(&hold_state) != 1 && now_ms() < until) sleep_ms(1);
+    cr_assert_eq(atomic_load(&hold_state), 1, "rank 2 never waited in the shared-memory all-reduce");
+
+    for (int r = 0; r < 2; r++) {
+        a[r] = (check_arg){.comm = c[r], .count = COUNT, .salt = 77};
+        cr_assert_eq(pthread_create(&a[r].t, NULL, check_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(a[r].t, NULL);
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
+        cr_assert_eq(a[r].bad, 0, "rank %d: %zu wrong elements", r, a[r].bad);
+    }
+    group_destroy(c, 2);
+    until = now_ms() + 5000;
+    while (ring__watch_someone_left(c[2]) < 0 && now_ms() < until) sleep_ms(2);
+    cr_assert_geq(ring__watch_someone_left(c[2]), 0, "rank 2 did not hear of the others' goodbyes");
+
+    atomic_store(&hold_state, 2);
+    pthread_join(a[2].t, NULL);
+    ring__sm_set_wait_hook_for_tests(NULL);
+    cr_assert_eq(a[2].rc, RING_OK, "rank 2: %s: %s", ring_result_name(a[2].rc), a[2].msg);
+    cr_assert_eq(a[2].bad, 0, "rank 2: %zu wrong elements", a[2].bad);
+    cr_assert_eq(ring__sm_count(c[2]), before + 1, "rank 2's call did not run on the shared-memory path");
+    cr_assert_eq(ring_comm_destroy(c[2]), RING_OK);
+}
+
 /* Above 1 MiB auto gives the page every size where rank 0's host has one NUMA node and keeps
  * the ring where it has several (ring__sm_max_bytes); RING_SM_MAX_BYTES overrides either way.
  * 4 MiB calls, checked element by element, counted by the path that ran them. */

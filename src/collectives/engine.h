@@ -143,6 +143,9 @@ void ring__sm_note(ring_comm_t *comm, const ring__opdesc_t *op, int algo);
 ring_result_t ring__allreduce_sm(ring_comm_t *comm, const ring__opdesc_t *op, int *ran);
 /* How many calls ran by it on this communicator (tests, perf tools). */
 uint64_t ring__sm_count(const ring_comm_t *comm);
+/* Tests only: fn runs in every idle try of the all-reduce's waits, between the look at the
+ * other ranks and the checks that end a wait (NULL: none), so a test can hold a rank there. */
+void ring__sm_set_wait_hook_for_tests(void (*fn)(const ring_comm_t *comm, uint64_t seq));
 /* Binomial tree (tree.c) on recursive doubling's connections: broadcast of small buffers. */
 ring_result_t ring__broadcast_tree(ring_comm_t *comm, const ring__opdesc_t *op);
 /* Recursive doubling's fold (rd.c), shared with the tree: the largest power of two <= n, and

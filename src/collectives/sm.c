@@ -68,6 +68,13 @@
 
 enum { KIND_SM = 1, KIND_OTHER = 2, KIND_DEVICE = 3 };
 
+static _Atomic(void (*)(const ring_comm_t *, uint64_t)) wait_hook;
+
+void ring__sm_set_wait_hook_for_tests(void (*fn)(const ring_comm_t *comm, uint64_t seq))
+{
+    atomic_store_explicit(&wait_hook, fn, memory_order_release);
+}
+
 typedef struct rec {
     ring__callrec_t c;
     uint32_t kind;
@@ -231,6 +238,7 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
     ring__idle_start(&waited, SPIN_NS);
     ring_result_t rc = RING_OK;
     int p = 0, checked = first ? 0 : n; /* ranks 0..checked-1 have a good record */
+    int relooked = 0;
     atomic_store_explicit(&m->row[comm->rank].progress, target, memory_order_release);
     while (p < n) {
         rec_t r;
@@ -249,16 +257,28 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
                 RING_CHECK(check_rec(comm, op, p, &r, ring));
                 if (*ring) goto fail;
                 checked = p + 1;
+                relooked = 0;
                 ring__idle_progress(&waited);
             }
         }
         if (p < checked && atomic_load_explicit(&m->row[p].progress, memory_order_acquire) >= target) {
             p++;
+            relooked = 0;
             ring__idle_progress(&waited);
             continue;
         }
         int64_t idle = ring__idle_ns(&waited);
+        void (*hook)(const ring_comm_t *, uint64_t) = atomic_load_explicit(&wait_hook, memory_order_acquire);
+        if (hook) hook(comm, op->seq);
         int stop = ring__wait_stop(comm, idle, 1);
+        /* A rank that left may have done all this wait needs before it left: this rank was only
+         * slow to look (descheduled between its look above and this check, while the others
+         * finished the call and destroyed their communicators). So look once more, and fail
+         * only if that look, too, finds nothing new. */
+        if (stop == RING__WAIT_LEFT && !relooked) {
+            relooked = 1;
+            continue;
+        }
         if (stop != RING__WAIT_GO_ON) {
             char who[160];
             ring__peer_desc(comm, p, who, sizeof who);
