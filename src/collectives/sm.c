@@ -270,15 +270,7 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
         int64_t idle = ring__idle_ns(&waited);
         void (*hook)(const ring_comm_t *, uint64_t) = atomic_load_explicit(&wait_hook, memory_order_acquire);
         if (hook) hook(comm, op->seq);
-        int stop = ring__wait_stop(comm, idle, 1);
-        /* A rank that left may have done all this wait needs before it left: this rank was only
-         * slow to look (descheduled between its look above and this check, while the others
-         * finished the call and destroyed their communicators). So look once more, and fail
-         * only if that look, too, finds nothing new. */
-        if (stop == RING__WAIT_LEFT && !relooked) {
-            relooked = 1;
-            continue;
-        }
+        int stop = ring__wait_stop(comm, idle, &relooked);
         if (stop != RING__WAIT_GO_ON) {
             char who[160];
             ring__peer_desc(comm, p, who, sizeof who);

@@ -217,11 +217,18 @@ typedef struct slot {
     int posted, done;
 } slot;
 
-int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int departed)
+int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int *relooked)
 {
     if (atomic_load_explicit(&((ring_comm_t *)comm)->aborted, memory_order_acquire)) return RING__WAIT_ABORTED;
     if (atomic_load_explicit(&((ring_comm_t *)comm)->remote_failed, memory_order_acquire)) return RING__WAIT_REMOTE;
-    if (departed && ring__watch_someone_left((ring_comm_t *)comm) >= 0) return RING__WAIT_LEFT;
+    /* A rank that left may have done all this wait needs before it left: the caller may only
+     * have been slow to look (descheduled between its look and this check while the others
+     * finished the call and destroyed their communicators). So a goodbye first buys one more
+     * look, and ends the wait only if that look, too, found nothing new. */
+    if (relooked && ring__watch_someone_left((ring_comm_t *)comm) >= 0) {
+        if (*relooked) return RING__WAIT_LEFT;
+        *relooked = 1;
+    }
     if (idle_ns > (int64_t)comm->params.timeout_ms * 1000000LL) return RING__WAIT_TIMEOUT;
     return RING__WAIT_GO_ON;
 }
@@ -243,7 +250,7 @@ ring_result_t ring__wait_stop_error(ring_comm_t *comm, const ring__opdesc_t *op,
 ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop)
 {
     const int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
-    *stop = ring__wait_stop(comm, idle_ns, 0);
+    *stop = ring__wait_stop(comm, idle_ns, NULL);
     if (*stop != RING__WAIT_GO_ON) return RING_OK;
     /* A reply usually arrives within microseconds; sleeping costs a wake-up that is longer
      * than that, so poll actively for a short while first. */

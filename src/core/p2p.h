@@ -68,9 +68,10 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
 enum { RING__WAIT_GO_ON, RING__WAIT_ABORTED, RING__WAIT_REMOTE, RING__WAIT_TIMEOUT, RING__WAIT_LEFT };
 ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop);
 /* Those checks alone, for waits that have no connection to poll (waits on a shared page:
- * sm.c, src/cuda/direct.c), which also stop when a rank said goodbye (departed: a rank that
- * left by ring_comm_destroy, RING__WAIT_LEFT). */
-int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int departed);
+ * sm.c, src/cuda/direct.c), which also stop when a rank said goodbye (relooked non-NULL: a
+ * rank that left by ring_comm_destroy, RING__WAIT_LEFT). The first goodbye seen only sets
+ * *relooked and goes on, for one more look; the caller clears it whenever it sees progress. */
+int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int *relooked);
 /* The error of such a stop: the remote failure as reported, else "<collective> #<seq> (<how>)
  * <aborted | timed out | failed> while waiting for <who> to <doing>". */
 ring_result_t ring__wait_stop_error(ring_comm_t *comm, const ring__opdesc_t *op, int stop, const char *how,

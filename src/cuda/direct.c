@@ -359,13 +359,7 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
         if (done) break;
         int64_t now = ring__now_ns();
         if (moved) last = now, relooked = 0;
-        int stop = ring__wait_stop(comm, now - last, what != W_GPU);
-        /* A rank that left after finishing the call did all this wait needs first; this rank
-         * may only have been slow to look (as in sm.c): one more look before failing. */
-        if (stop == RING__WAIT_LEFT && !relooked) {
-            relooked = 1;
-            continue;
-        }
+        int stop = ring__wait_stop(comm, now - last, what != W_GPU ? &relooked : NULL);
         if (stop != RING__WAIT_GO_ON) {
             char peer[160] = "this rank's GPU";
             if (what != W_GPU) ring__peer_desc(comm, lag, peer, sizeof peer);
