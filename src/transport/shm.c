@@ -576,6 +576,13 @@ static unsigned char *piece_at(const shm_conn *c, uint32_t i, size_t piece)
     return piece <= INLINE_MAX ? c->ctl->slots[i].inl : (unsigned char *)c->data + (size_t)i * c->slot_bytes;
 }
 
+/* Whether a message of msg_len bytes carries its pieces' offsets (slot_hdr.off): both sides ask
+ * here, so the rule that keeps a small message on the header's first line is written once. */
+static int has_off(uint64_t msg_len)
+{
+    return msg_len > INLINE_MAX;
+}
+
 static ring_result_t send_progress(shm_conn *c, int *moved)
 {
     int published = 0;
@@ -592,7 +599,7 @@ static ring_result_t send_progress(shm_conn *c, int *moved)
             if (piece) memcpy(piece_at(c, i, piece), r->buf + r->done, piece);
             h->seq = r->seq;
             h->msg_len = r->len;
-            if (r->len > INLINE_MAX) h->off = r->done;
+            if (has_off(r->len)) h->off = r->done;
             r->done += piece;
             r->first = 0;
             c->next++;
@@ -642,7 +649,7 @@ static ring_result_t recv_progress(shm_conn *c, int *moved)
             if (!readable(c, i)) return RING_OK;
             const slot_hdr *h = &c->ctl->slots[i];
             uint64_t len = h->msg_len;
-            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, len, len > INLINE_MAX ? h->off : 0);
+            ring_result_t rc = ring__mq_check_piece(comm, "shm", c->desc, r, h->seq, len, has_off(len) ? h->off : 0);
             if (rc == RING_ERR_MISMATCH && r->first && r->buf) {
                 size_t theirs = RING__MIN(c->slot_bytes, len);
                 memcpy(r->buf, piece_at(c, i, theirs), RING__MIN(RING__MIN(r->len, theirs), (size_t)RING__DESC_LEN));

@@ -130,12 +130,13 @@ typedef struct pconn {
     const char *cc; /* congestion control for its sockets (NULL: the system's) */
     int fds[RING__MAX_NSOCKS];
     int duplex;
-    /* 0 connecting, 1 sending handshake, 2 waiting for the accept word (duplex), 3 done */
+    /* 0 connecting, 1 sending handshake, 2 waiting for the accept word (duplex), 3 done,
+     * 4 lost (the peer reset or closed it before taking it) */
     int state[RING__MAX_NSOCKS];
     size_t hs_sent[RING__MAX_NSOCKS];
     unsigned char ack[RING__MAX_NSOCKS][ACK_LEN];
     size_t ack_got[RING__MAX_NSOCKS];
-    int64_t lost_at; /* a duplex socket closed before its accept word came (0: none did) */
+    int64_t lost_at; /* a socket was reset or closed before the peer took it (0: none was) */
 
     unsigned char hs[RING__MAX_NSOCKS][HS_LEN];
     int64_t retry_at[RING__MAX_NSOCKS];
@@ -385,6 +386,19 @@ static int peek_refusal(int fd)
     return n == ACK_LEN && ring__get32(w) == NAK_MAGIC ? PEEK_REFUSED : PEEK_DATA;
 }
 
+/* The peer reset or closed socket i before taking it: it failed or exited. A peer that refuses
+ * (RING_TCP_DUPLEX differs) writes its word on the one socket it read and closes the rest, and
+ * those can show their reset first (a connection still in its listener's queue is reset when
+ * the listener closes): so the socket is only set aside, and pconn_step fails once the word had
+ * a moment to show on a sibling. */
+static void pconn_lost(pconn *pc, int i, int64_t now)
+{
+    close(pc->fds[i]);
+    pc->fds[i] = -1;
+    pc->state[i] = 4;
+    if (!pc->lost_at) pc->lost_at = now;
+}
+
 /*
  * Drive the sockets this rank opens to peer (the send direction, or a duplex bundle); *fds
  * gets them, handshakes sent, once all are connected (*done = 1), else *done = 0.
@@ -432,6 +446,10 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
             }
             int r = ring__connect_check(pc->fds[i]);
             if (r == 0) continue;
+            if (r == -ECONNRESET) {
+                pconn_lost(pc, i, now);
+                continue;
+            }
             if (r < 0) {
                 /* The peer's listener exists before addresses are published, so a refusal is
                  * unusual; retry briefly (the caller's deadline bounds it) rather than fail on
@@ -450,6 +468,10 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
         if (pc->state[i] == 1) {
             ssize_t n = send(pc->fds[i], pc->hs[i] + pc->hs_sent[i], HS_LEN - pc->hs_sent[i],
                              MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) {
+                pconn_lost(pc, i, now);
+                continue;
+            }
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 return ring__seterr_errno(comm, RING_ERR_CONNECT, errno, "handshake with rank %d at %s", peer,
                                           ring__addr_str(&pc->addr, b, sizeof b));
@@ -462,9 +484,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
              * connection nobody will read. */
             ssize_t n = recv(pc->fds[i], pc->ack[i] + pc->ack_got[i], ACK_LEN - pc->ack_got[i], MSG_DONTWAIT);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                /* A peer that refuses writes its word on the one socket it read and then
-                 * closes them all: give that word a moment to show on the others. */
-                if (!pc->lost_at) pc->lost_at = now;
+                pconn_lost(pc, i, now);
                 continue;
             }
             if (n > 0) pc->ack_got[i] += (size_t)n;
@@ -484,7 +504,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
              * until the deadline: look for the word, or the close, now. */
             int k = peek_refusal(pc->fds[i]);
             if (k == PEEK_REFUSED) return nak_error(comm, peer);
-            if (k == PEEK_CLOSED && !pc->lost_at) pc->lost_at = now;
+            if (k == PEEK_CLOSED || k == PEEK_ERROR) pconn_lost(pc, i, now);
         }
         if (pc->state[i] == 3) ready++;
     }
