@@ -728,21 +728,19 @@ Test(collectives, matrix_n4_tcp_one_way, .timeout = MATRIX_DEADLINE + 60)
     run_simple("matrix", 4, 0x4c04, env, MATRIX_DEADLINE);
 }
 
-/* Ranks that disagree on RING_TCP_DUPLEX would wait for each other's sockets: the rank that
- * receives a handshake of the other kind fails init naming the setting, and the rank that
- * sent it hears so (its refusal word) and fails naming it too.
- * The refusing rank closes its listener on the way out, which resets a sibling socket still in
- * its queue, and that reset can reach the other rank before the word does: it used to fail
- * with "connect to rank 0: Connection reset by peer" in about 1.5% of jobs (12 of 800 on the
- * 2-vCPU VM, 2026-11-27). So the job runs 50 times. */
-Test(collectives, tcp_duplex_differs_fails_on_both_ranks, .timeout = 240)
+/* Ranks that disagree on RING_NSOCKS or RING_TCP_DUPLEX would make sockets their peers drop
+ * or refuse (RING_NSOCKS: one rank then waited out its whole timeout). Each rank's bootstrap
+ * entry carries both, so every rank fails init at once naming the setting: here rank 1 of 3
+ * differs, and rank 2, which never talks to it over TCP first, must say so too. */
+Test(collectives, tcp_settings_that_differ_fail_init_on_every_rank, .timeout = 120)
 {
     static const char *const env[] = {"RING_TRANSPORT=tcp", NULL};
-    static const char *const odd[] = {"RING_TCP_DUPLEX=0", NULL};
-    for (uint64_t k = 0; k < 50; k++) {
-        job_t job = {.nranks = 2, .seed = seed_for(0xd402 + (k << 16)), .env = env, .env_odd = odd};
-        run_initfail_job(&job, "RING_TCP_DUPLEX differs");
-    }
+    static const char *const odd_duplex[] = {"RING_TCP_DUPLEX=0", NULL};
+    static const char *const odd_nsocks[] = {"RING_NSOCKS=3", NULL};
+    job_t job = {.nranks = 3, .seed = seed_for(0xd402), .env = env, .env_odd = odd_duplex};
+    run_initfail_job(&job, "RING_TCP_DUPLEX differs between ranks");
+    job = (job_t){.nranks = 3, .seed = seed_for(0xd403), .env = env, .env_odd = odd_nsocks};
+    run_initfail_job(&job, "RING_NSOCKS differs between ranks");
 }
 
 /* ---- TCP congestion control (RING_TCP_CONGESTION) ---- */

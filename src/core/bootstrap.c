@@ -18,8 +18,9 @@
  *     id, pid, flags, layout key, kernel, CPUs). Total root traffic: (N-1) x (288 + 24 + 256 N)
  *     bytes.
  *     Host name and boot id tell which ranks share a host (shared memory, ring order); flags
- *     say whether a rank takes shared-memory connections; every rank checks that all layout
- *     keys equal its own (comm.c). Kernel and CPUs say how many ranks share this machine's CPUs,
+ *     say whether a rank takes shared-memory connections and carry its RING_NSOCKS and
+ *     RING_TCP_DUPLEX; every rank checks that all layout keys and those two equal its own
+ *     (comm.c). Kernel and CPUs say how many ranks share this machine's CPUs,
  *     namespaces and RING_HOST_ID included, which decides how a rank waits (comm.c).
  */
 #include <errno.h>
@@ -37,7 +38,7 @@
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
-#define BS_VERSION 5u
+#define BS_VERSION 6u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64

@@ -444,18 +444,39 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         goto fail;
     }
     mine.layout = ring__layout_key(comm->params.chunk_bytes, comm->params.pipeline_depth);
+    mine.flags |= (uint32_t)comm->params.nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK;
+    if (comm->params.tcp_duplex) mine.flags |= RING__PEER_DUPLEX;
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
-     * pair messages that were cut differently. */
-    for (int r = 0; r < n; r++)
-        if (comm->peers[r].layout != mine.layout) {
+     * pair messages that were cut differently, or any socket is made that a peer would drop. */
+    for (int r = 0; r < n; r++) {
+        const ring__peer_info_t *p = &comm->peers[r];
+        if (p->layout != mine.layout) {
             rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
                               "rank %d (%s, pid %u) runs with a different RING_CHUNK_BYTES or RING_PIPELINE_DEPTH "
                               "than this rank (%zu bytes, depth %d): ring collectives need the same on every rank",
-                              r, comm->peers[r].host, comm->peers[r].pid, comm->params.chunk_bytes,
-                              comm->params.pipeline_depth);
+                              r, p->host, p->pid, comm->params.chunk_bytes, comm->params.pipeline_depth);
             goto fail;
         }
+        const char *what = NULL;
+        unsigned theirs = 0, ours = 0;
+        if ((p->flags & RING__PEER_NSOCKS_MASK) != (mine.flags & RING__PEER_NSOCKS_MASK)) {
+            what = "RING_NSOCKS";
+            theirs = (p->flags & RING__PEER_NSOCKS_MASK) >> RING__PEER_NSOCKS_SHIFT;
+            ours = (unsigned)comm->params.nsocks;
+        } else if ((p->flags & RING__PEER_DUPLEX) != (mine.flags & RING__PEER_DUPLEX)) {
+            what = "RING_TCP_DUPLEX";
+            theirs = !!(p->flags & RING__PEER_DUPLEX);
+            ours = !!comm->params.tcp_duplex;
+        }
+        if (what) {
+            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                              "rank %d (%s, pid %u) runs with %s=%u, this rank with %u: %s differs between ranks "
+                              "(it must be equal on all ranks)",
+                              r, p->host, p->pid, what, theirs, ours, what);
+            goto fail;
+        }
+    }
 
     /* Ranks of one host side by side: the ring crosses the network once per host. */
     comm->order = malloc((size_t)n * sizeof *comm->order);

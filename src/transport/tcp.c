@@ -511,9 +511,8 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
     /* No failure notices travel before init ends (watch.c), so say what is known. */
     if (pc->lost_at && now - pc->lost_at > 200 * 1000000LL)
         return ring__seterr(comm, RING_ERR_CONNECT,
-                            "tcp: rank %d at %s closed this rank's connection before taking it (it failed or exited, and "
-                            "its own error says why; or it refused the connection, and its log says why at RING_DEBUG=WARN, "
-                            "e.g. RING_NSOCKS differs)",
+                            "tcp: rank %d at %s closed this rank's connection before taking it (it failed, exited or refused "
+                            "the connection: its own error, or its log at RING_DEBUG=WARN, says why)",
                             peer, ring__addr_str(&pc->addr, b, sizeof b));
     if (ready < ctx->nsocks) return RING_OK;
     for (int i = 0; i < ctx->nsocks; i++) {
