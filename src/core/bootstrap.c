@@ -5,8 +5,8 @@
  *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
  *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 288 bytes:
  *     magic "RGBS" | version | 128-bit secret | nranks | rank | addr len | addr[128] |
- *     host[64] | boot id[40] | pid | flags (top byte: NUMA nodes of the host) | layout key
- *     (chunk size and pipeline depth) |
+ *     host[64] | boot id[40] | pid | flags (bits 8-13: RING_NSOCKS and RING_TCP_DUPLEX; top
+ *     byte: NUMA nodes of the host) | layout key (chunk size and pipeline depth) |
  *     kernel (hash of the real boot id) | first CPU and CPU count (u16 each) of the affinity.
  *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
