@@ -731,7 +731,7 @@ Test(collectives, matrix_n4_tcp_one_way, .timeout = MATRIX_DEADLINE + 60)
 /* Ranks that disagree on RING_NSOCKS or RING_TCP_DUPLEX would make sockets their peers drop
  * or refuse (RING_NSOCKS: one rank then waited out its whole timeout). Each rank's bootstrap
  * entry carries both, so every rank fails init at once naming the setting: here rank 1 of 3
- * differs, and rank 2, which never talks to it over TCP first, must say so too. */
+ * differs, and every rank must say so, not only the first pair that meets over TCP. */
 Test(collectives, tcp_settings_that_differ_fail_init_on_every_rank, .timeout = 120)
 {
     static const char *const env[] = {"RING_TRANSPORT=tcp", NULL};

@@ -16,7 +16,9 @@
  * On the 1 Gbit/s namespace bed those ACKs were 29% of all CPU time at N = 4 (perf, 4 B).
  * The handshake's duplex flag says which kind a socket is; the higher rank answers each
  * socket of a duplex bundle with a 4-byte word, "RGDA" (taken) or "RGDN" (refused: its
- * RING_TCP_DUPLEX differs), and the lower rank counts the bundle as made only on "RGDA".
+ * RING_TCP_DUPLEX differs; since the rank table carries the setting and init compares it
+ * first, comm.c, only a peer that skipped that check can get here), and the lower rank counts
+ * the bundle as made only on "RGDA".
  *
  * On the wire, message m is a 16-byte header  magic "RGMS" | m mod 2^32 | length (u64)
  on socket s = (m mod nsocks), followed by the payload cut into at most nsocks pieces of at
