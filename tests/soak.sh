@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Soak: run the multi-process and reliability suites of one build again and again, each round
 # with a new RING_TEST_SEED, and keep the log of every run that fails. The races these suites
-# can hit show up once in hundreds of runs (a rank descheduled at the wrong moment, a reset that
-# overtakes a refusal word); one `meson test` pass rarely meets them, a night of this does.
+# can hit show up once in a hundred runs or more rarely (a rank descheduled at the wrong moment,
+# a reset that overtakes a refusal word); one `meson test` pass rarely meets them, hours of this
+# do.
 #
 #   tests/soak.sh [-b BUILD] [-m MINUTES] [-r ROUNDS] [-o DIR] [-j JOBS] [SUITE...]
 #
-#   -b BUILD    build directory (default build); an ASan build (b_sanitize=address...) gets
-#               ./test.sh's sanitizer options
+#   -b BUILD    build directory, relative to the source tree (default build); an ASan build gets
+#               (b_sanitize=address...) ./test.sh's sanitizer options
 #   -m MINUTES  stop starting runs after this long (default 60)
 #   -r ROUNDS   stop after this many rounds (default: no limit)
 #   -o DIR      where failing runs' logs go (default: a new directory under $TMPDIR or /tmp)
