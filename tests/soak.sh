@@ -33,7 +33,7 @@ while getopts "b:m:r:o:j:h" o; do
         r) rounds=$OPTARG ;;
         o) out=$OPTARG ;;
         j) jobs=$OPTARG ;;
-        *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+        *) sed -n '2,/^set -uo/p' "$0" | sed '$d' >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
