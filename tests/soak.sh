@@ -46,42 +46,30 @@ done
 case "$minutes$rounds$jobs" in *[!0-9]*) echo "soak.sh: -m, -r and -j take whole numbers" >&2; exit 2 ;; esac
 [ "$jobs" -ge 1 ] || { echo "soak.sh: -j must be at least 1" >&2; exit 2; }
 B=$(cd "$build" 2>/dev/null && pwd) || { echo "soak.sh: no build directory '$build'" >&2; exit 2; }
-for f in tests/test_collectives tests/test_reliability tests/test_core tests/test_ringrun tests/mp_worker tools/ringrun; do
-    [ -x "$B/$f" ] || { echo "soak.sh: $B/$f is missing (build with tests: ninja -C $build)" >&2; exit 2; }
-done
+[ -x "$B/tests/test_collectives" ] || { echo "soak.sh: $B has no tests (build with tests: ninja -C $build)" >&2; exit 2; }
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/ringcomm-soak.XXXXXX")
 mkdir -p "$out" || exit 2
 
-base_env=(RING_TEST_WORKER="$B/tests/mp_worker" RING_TEST_RINGRUN="$B/tools/ringrun"
-          RING_TEST_RINGRUN_CHILD="$B/tests/ringrun_child" CRITERION_NO_EARLY_EXIT=1 RING_TEST_LARGE=0)
+# The suites run as `meson test` defines them (tests/meson.build: binary, filter, env), with the
+# seed and ./test.sh's sanitizer options added to the environment meson passes on.
 sanitize=$(python3 -c 'import json,sys
 print(next((str(o["value"]) for o in json.load(open(sys.argv[1])) if o["name"] == "b_sanitize"), ""))' \
     "$B/meson-info/intro-buildoptions.json" 2>/dev/null)
 [ "$sanitize" = none ] && sanitize=""
+san_env=()
 if [[ $sanitize == *address* ]]; then
-    base_env+=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-               LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp)
+    san_env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+             LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp)
 fi
 
-# One run of one suite, as meson's test() lines in tests/meson.build run it.
 run_one() { # round suite seed
-    local r=$1 s=$2 seed=$3 env=() cmd=() t0 rc log="$out/$1-$2.log"
-    case $s in
-        collectives) cmd=("$B/tests/test_collectives"); env=(RING_TEST_TRANSPORT=shm) ;;
-        collectives-tcp|collectives-mix) cmd=("$B/tests/test_collectives" --filter '@(collectives|faults)/*')
-            env=(RING_TEST_TRANSPORT=${s#collectives-}) ;;
-        collectives-rd|collectives-sm) cmd=("$B/tests/test_collectives" --filter '@(collectives|faults)/*')
-            env=(RING_TEST_ALGO=${s#collectives-}) ;;
-        reliability) cmd=("$B/tests/test_reliability") ;;
-        reliability-tcp) cmd=("$B/tests/test_reliability" --filter '!(sm)/*'); env=(RING_TEST_TRANSPORT=tcp) ;;
-        core) cmd=("$B/tests/test_core") ;;
-        ringrun) cmd=("$B/tests/test_ringrun") ;;
-    esac
+    local r=$1 s=$2 seed=$3 t0 rc log="$out/$1-$2.log"
     t0=$(date +%s)
-    env "${base_env[@]}" "${env[@]}" RING_TEST_SEED="$seed" timeout 1800 "${cmd[@]}" --jobs 1 >"$log" 2>&1
+    env "${san_env[@]}" RING_TEST_SEED="$seed" timeout 1800 meson test -C "$B" --no-rebuild --num-processes 1 \
+        --print-errorlogs --logbase "soak-$r-$s" "$s" >"$log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then
-        rm -f "$log"
+        rm -f "$log" "$B/meson-logs/soak-$r-$s".*
         printf '%s round %d %-16s seed=%-10s %4ds ok\n' "$(date +%T)" "$r" "$s" "$seed" $(($(date +%s) - t0))
     else
         printf '%s round %d %-16s seed=%-10s %4ds FAIL (exit %d): %s\n' "$(date +%T)" "$r" "$s" "$seed" \
@@ -90,6 +78,7 @@ run_one() { # round suite seed
     fi
     return $rc
 }
+
 
 limit="$minutes min"
 [ "$rounds" -gt 0 ] && limit+=" or $rounds rounds"
