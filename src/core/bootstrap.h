@@ -54,7 +54,8 @@ static inline uint32_t ring__layout_key(size_t chunk_bytes, int depth)
  * (RING_NSOCKS: the peer waited out its timeout). */
 #define RING__PEER_NSOCKS_SHIFT 8
 #define RING__PEER_NSOCKS_MASK (0x1fu << RING__PEER_NSOCKS_SHIFT)
-#define RING__PEER_DUPLEX (1u << 13)
+#define RING__PEER_DUPLEX_SHIFT 13
+#define RING__PEER_DUPLEX (1u << RING__PEER_DUPLEX_SHIFT)
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */

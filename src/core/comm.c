@@ -444,8 +444,15 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         goto fail;
     }
     mine.layout = ring__layout_key(comm->params.chunk_bytes, comm->params.pipeline_depth);
+    /* The settings every rank must share, in the flags word (bootstrap.h). */
+    static const struct {
+        const char *name;
+        uint32_t mask;
+        int shift;
+    } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT},
+                  {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT}};
     mine.flags |= (uint32_t)comm->params.nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK;
-    if (comm->params.tcp_duplex) mine.flags |= RING__PEER_DUPLEX;
+    mine.flags |= (uint32_t)!!comm->params.tcp_duplex << RING__PEER_DUPLEX_SHIFT;
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */
@@ -458,23 +465,16 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                               r, p->host, p->pid, comm->params.chunk_bytes, comm->params.pipeline_depth);
             goto fail;
         }
-        const char *what = NULL;
-        unsigned theirs = 0, ours = 0;
-        if ((p->flags & RING__PEER_NSOCKS_MASK) != (mine.flags & RING__PEER_NSOCKS_MASK)) {
-            what = "RING_NSOCKS";
-            theirs = (p->flags & RING__PEER_NSOCKS_MASK) >> RING__PEER_NSOCKS_SHIFT;
-            ours = (unsigned)comm->params.nsocks;
-        } else if ((p->flags & RING__PEER_DUPLEX) != (mine.flags & RING__PEER_DUPLEX)) {
-            what = "RING_TCP_DUPLEX";
-            theirs = !!(p->flags & RING__PEER_DUPLEX);
-            ours = !!comm->params.tcp_duplex;
-        }
-        if (what) {
-            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
-                              "rank %d (%s, pid %u) runs with %s=%u, this rank with %u: %s differs between ranks "
-                              "(it must be equal on all ranks)",
-                              r, p->host, p->pid, what, theirs, ours, what);
-            goto fail;
+        for (size_t k = 0; k < sizeof shared / sizeof *shared; k++) {
+            uint32_t theirs = (p->flags & shared[k].mask) >> shared[k].shift;
+            uint32_t ours = (mine.flags & shared[k].mask) >> shared[k].shift;
+            if (theirs != ours) {
+                rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                                  "rank %d (%s, pid %u) runs with %s=%u, this rank with %u: %s differs between ranks "
+                                  "(it must be equal on all ranks)",
+                                  r, p->host, p->pid, shared[k].name, theirs, ours, shared[k].name);
+                goto fail;
+            }
         }
     }
 
