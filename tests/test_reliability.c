@@ -14,6 +14,8 @@
  *  mismatch   every collective x every descriptor field: both ranks get RING_ERR_MISMATCH
  *             showing both calls; 4 ranks where only one far rank differs.
  *  timeout    the message names the collective, its sequence number and the peer.
+ *  departure  a rank that destroys mid-collective is named by every rank; a peer that resets
+ *             the connections made to it before taking them fails init at once.
  *  abort      a call in flight returns within 100 ms of ring_comm_abort from another thread.
  *  sm         the shared-memory all-reduce (3 ranks, medium sizes): it runs, and its waits on
  *             the shared page end in a timeout, an abort or a departure naming the rank; with
@@ -1799,6 +1801,127 @@ Test(departure, a_rank_that_destroys_mid_collective_is_named_by_every_rank, .tim
         cr_log_info("departure (%s): rank 0 after %.0f ms: %s | rank 1 after %.0f ms: %s", round ? "tcp" : "auto",
                     k[0].t_end - k[0].t_start, k[0].msg, k[1].t_end - k[1].t_start, k[1].msg);
         group_destroy(c, 2);
+    }
+}
+
+/* Accept one connection on lfd within ms: the fd, or -1. */
+static int accept_within(int lfd, int ms)
+{
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    if (poll(&pf, 1, ms) != 1) return -1;
+    return accept(lfd, NULL, NULL);
+}
+
+static int recv_within(int fd, unsigned char *b, size_t n, int ms)
+{
+    double until = now_ms() + ms;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = recv(fd, b + got, n - got, MSG_DONTWAIT);
+        if (k > 0) {
+            got += (size_t)k;
+            continue;
+        }
+        if (k == 0 || (errno != EAGAIN && errno != EINTR) || now_ms() > until) return -1;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        poll(&pf, 1, 20);
+    }
+    return 0;
+}
+
+/*
+ * A peer that dies while rank 0 connects to it, after the rank table went out: rank 0's
+ * sockets reach its listener and are reset before the peer took them (the accept word never
+ * comes). No failure notice travels before init ends, so rank 0 must see this on the sockets
+ * themselves and fail init within a moment with RING_ERR_CONNECT naming the peer, not retry
+ * until RING_TIMEOUT_MS. Rank 1 is this thread, speaking the bootstrap with the job's secret;
+ * its "data listener" takes the connections, reads their handshakes and resets them (SO_LINGER
+ * 0). With RING_TCP_DUPLEX=1 rank 0 waits for the accept word, which never comes (the sockets
+ * are set aside, tcp.c); with 0 the sockets are made once their handshakes are out, and the
+ * resets come 100 ms later, while rank 0 waits for rank 1's connection the other way.
+ */
+Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init_at_once, .timeout = 120)
+{
+    enum { TIMEOUT_MS = 30000, N = 2 };
+    for (int duplex = 1; duplex >= 0; duplex--) {
+        clear_env();
+        if (!duplex) setenv("RING_TCP_DUPLEX", "0", 1);
+        /* The settings rank 0 resolves, so that the forged entry passes the table checks. */
+        ring_config_t cfg;
+        ring_config_init(&cfg);
+        cfg.secret = SECRET;
+        ring__params_t prm;
+        cr_assert_eq(ring__params_resolve(&prm, &cfg), RING_OK);
+
+        int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in la = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t ll = sizeof la;
+        cr_assert(lfd >= 0 && bind(lfd, (struct sockaddr *)&la, sizeof la) == 0 && listen(lfd, 16) == 0 &&
+                      getsockname(lfd, (struct sockaddr *)&la, &ll) == 0,
+                  "fake listener: %s", strerror(errno));
+        ring__peer_info_t fake;
+        memset(&fake, 0, sizeof fake);
+        fake.addr.len = sizeof la;
+        memcpy(fake.addr.data, &la, sizeof la);
+        snprintf(fake.host, sizeof fake.host, "fake-peer"); /* another host: TCP, never shared memory */
+        snprintf(fake.bootid, sizeof fake.bootid, "fake-boot");
+        fake.pid = 1;
+        fake.layout = ring__layout_key(prm.chunk_bytes, prm.pipeline_depth);
+        fake.flags = (uint32_t)prm.nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK;
+        fake.flags |= (uint32_t)!!prm.tcp_duplex << RING__PEER_DUPLEX_SHIFT;
+        cr_assert_eq(prm.tcp_duplex, duplex);
+
+        int port = free_port();
+        init_arg a;
+        init_start(&a, N, 0, port, TIMEOUT_MS, NULL);
+        target_t root;
+        struct sockaddr_in ra = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        memcpy(&root.ss, &ra, sizeof ra);
+        root.len = sizeof ra;
+        int bfd = -1;
+        for (double until = now_ms() + 10000; bfd < 0 && now_ms() < until; sleep_ms(10)) bfd = stranger_connect(&root, 200);
+        cr_assert(bfd >= 0, "rank 0 never listened on the root port");
+        unsigned char hello[RING__HELLO_LEN], table[RING__TABLE_HDR_LEN + N * RING__TABLE_ENTRY_LEN];
+        ring__hello_build(hello, prm.secret, 1, N, &fake);
+        cr_assert_eq(send_bytes(bfd, hello, sizeof hello), 0);
+        cr_assert_eq(recv_within(bfd, table, sizeof table, 10000), 0, "no rank table from rank 0");
+
+        /* Take every socket rank 0 opens to this "rank" and see its handshake; then reset them
+         * all. */
+        int fds[RING__MAX_NSOCKS];
+        for (int i = 0; i < prm.nsocks; i++) {
+            fds[i] = accept_within(lfd, 10000);
+            cr_assert(fds[i] >= 0, "duplex %d: rank 0 did not connect socket %d of %d", duplex, i, prm.nsocks);
+            unsigned char hs[RING__TCP_HS_LEN];
+            cr_assert_eq(recv_within(fds[i], hs, sizeof hs, 10000), 0, "duplex %d: no handshake on socket %d", duplex, i);
+            cr_assert_eq(ring__get32(hs), DATA_HS_MAGIC);
+        }
+        /* One-way sockets count as made once their handshakes are out, but rank 0 may still
+         * be peeking at them for a refusal word: give it time to take them first. */
+        if (!duplex) sleep_ms(100);
+        for (int i = 0; i < prm.nsocks; i++) {
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(fds[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(fds[i]);
+        }
+        double t_reset = now_ms();
+        pthread_join(a.t, NULL);
+        double took = now_ms() - t_reset;
+        cr_log_info("departure (duplex %d): rank 0 failed %.0f ms after the resets: %s", duplex, took, a.msg);
+        /* Duplex: no socket is made before the accept word, so the resets are set aside and
+         * rank 0 fails once no refusal word showed on a sibling (200 ms). One-way: rank 0 made
+         * the connection before the resets, so they fail it while rank 0 waits for the other
+         * direction. */
+        ring_result_t want = duplex ? RING_ERR_CONNECT : RING_ERR_PEER;
+        const char *says = duplex ? "closed this rank's connection before taking it" : "Connection reset by peer";
+        cr_assert_eq(a.rc, want, "duplex %d: rank 0: %s: %s", duplex, ring_result_name(a.rc), a.msg);
+        cr_assert(strstr(a.msg, "rank 1") && strstr(a.msg, says), "duplex %d: rank 0: %s", duplex, a.msg);
+        cr_assert(took < 3000, "duplex %d: rank 0 needed %.0f ms after the resets (timeout %d ms)", duplex, took,
+                  TIMEOUT_MS);
+        ring_comm_destroy(a.comm);
+        close(bfd);
+        close(lfd);
     }
 }
 
