@@ -115,7 +115,7 @@ typedef struct ring_config {
     size_t struct_size;        /* set by ring_config_init: lets the struct grow compatibly */
     int timeout_ms;            /* RING_TIMEOUT_MS: max wait without progress (bootstrap, collectives) */
     size_t chunk_bytes;        /* RING_CHUNK_BYTES: pipelining unit of the ring (same on every rank) */
-    int nsocks;                /* RING_NSOCKS: TCP sockets per ring neighbour */
+    int nsocks;                /* RING_NSOCKS: TCP sockets per peer; 0 = auto (1 between loopback addresses, else 2) */
     int pipeline_depth;        /* RING_PIPELINE_DEPTH: chunks in flight per direction (same on every rank) */
     const char *secret;        /* RING_SECRET: job secret (32 hex digits, or any string, hashed) */
     const char *socket_ifname; /* RING_SOCKET_IFNAME: interface for data connections */

@@ -11,7 +11,7 @@
  * RING_TEST_TRANSPORT runs the whole suite over one transport (meson runs it several times):
  * "tcp" and "shm" set RING_TRANSPORT on every rank; "mix" sets tcp on every third rank
  * (2, 5, ...), so rings have shared-memory and TCP edges side by side. RING_TEST_ALGO sets
- * RING_ALGO on every rank. A test's own settings win over both.
+ * RING_ALGO and RING_TEST_NSOCKS sets RING_NSOCKS on every rank. A test's own settings win.
  *
  * Bounds for slow beds (tests/rdma/suite.sh runs this binary in an emulated guest over
  * soft-RoCE, where a byte costs ~100x what it costs on loopback). Unset, nothing changes:
@@ -242,6 +242,8 @@ static void run_job_once(const job_t *job, job_result_t *res)
         if (tpv && !strcmp(tpv, "mix")) e[k++] = xasprintf("RING_TRANSPORT=%s", r % 3 == 2 ? "tcp" : "auto");
         else if (tpv && *tpv) e[k++] = xasprintf("RING_TRANSPORT=%s", tpv);
         if (algo && *algo) e[k++] = xasprintf("RING_ALGO=%s", algo);
+        const char *nsv = getenv("RING_TEST_NSOCKS");
+        if (nsv && *nsv) e[k++] = xasprintf("RING_NSOCKS=%s", nsv);
         if (job->hosts) {
             const char *h = job->hosts;
             for (int q = 0; q < r && h; q++) h = strchr(h, ',') ? strchr(h, ',') + 1 : NULL;

@@ -4,6 +4,7 @@
  * single-rank communicator (which runs the whole API path without sockets).
  */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "p2p.h"
 #include "param.h"
 #include "partition.h"
+#include "transport.h"
 
 /* ---- partition ------------------------------------------------------------------------ */
 
@@ -275,8 +277,13 @@ Test(param, resolve_env_and_config)
     clear_env();
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
     cr_assert_eq(p.chunk_bytes, RING__DEFAULT_CHUNK_BYTES);
-    cr_assert_eq(p.nsocks, RING__DEFAULT_NSOCKS);
+    cr_assert_eq(p.nsocks, 0, "RING_NSOCKS unset is auto");
     cr_assert_eq(p.secret_set, 0);
+    setenv("RING_NSOCKS", "auto", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.nsocks, 0);
+    setenv("RING_NSOCKS", "0", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "0 is not a socket count (auto is the word)");
 
     setenv("RING_CHUNK_BYTES", "1M", 1);
     setenv("RING_NSOCKS", "3", 1);
@@ -303,11 +310,66 @@ Test(param, resolve_env_and_config)
 
     setenv("RING_NSOCKS", "zero", 1);
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
-    cr_assert(strstr(ring_comm_last_error(NULL), "RING_NSOCKS") != NULL);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_NSOCKS=\"zero\": expected auto or an integer in [1, 16]"),
+              "%s", ring_comm_last_error(NULL));
     setenv("RING_NSOCKS", "1", 1);
     setenv("RING_CHUNK_BYTES", "3", 1); /* below the minimum */
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
     clear_env();
+}
+
+static void put_addr(ring__tp_addr_t *t, const char *ip)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    if (strchr(ip, ':')) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        cr_assert_eq(inet_pton(AF_INET6, ip, &a->sin6_addr), 1, "%s", ip);
+        t->len = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        cr_assert_eq(inet_pton(AF_INET, ip, &a->sin_addr), 1, "%s", ip);
+        t->len = sizeof *a;
+    }
+    memcpy(t->data, &ss, t->len);
+}
+
+/* RING_NSOCKS=auto: one socket where both data addresses of the pair are loopback ones, the
+ * default elsewhere, decided from the table alone so that both ends agree; a set value wins. */
+Test(param, tcp_sockets_per_pair)
+{
+    static const char *const ips[] = {"127.0.0.1", "127.0.0.2", "10.1.2.3", "::1", "::ffff:127.0.0.9", "fd00::5",
+                                      "::ffff:10.0.0.1"};
+    enum { N = sizeof ips / sizeof *ips };
+    ring__peer_info_t peers[N];
+    memset(peers, 0, sizeof peers);
+    for (int r = 0; r < N; r++) put_addr(&peers[r].addr, ips[r]);
+    static const int loop[N] = {1, 1, 0, 1, 1, 0, 0};
+    ring_comm_t c;
+    memset(&c, 0, sizeof c);
+    c.nranks = N;
+    c.peers = peers;
+    for (int me = 0; me < N; me++)
+        for (int p = 0; p < N; p++) {
+            if (p == me) continue;
+            c.rank = me;
+            int want = loop[me] && loop[p] ? 1 : RING__DEFAULT_NSOCKS;
+            cr_assert_eq(ring__tcp_pair_nsocks(&c, p), want, "%s -> %s", ips[me], ips[p]);
+            c.rank = p;
+            cr_assert_eq(ring__tcp_pair_nsocks(&c, me), want, "the other end, %s -> %s", ips[p], ips[me]);
+            c.params.nsocks = 3;
+            cr_assert_eq(ring__tcp_pair_nsocks(&c, me), 3, "a set RING_NSOCKS applies to every pair");
+            c.params.nsocks = 0;
+        }
+    c.rank = 0;
+    cr_assert_eq(ring__tcp_pair_nsocks(&c, N), RING__DEFAULT_NSOCKS, "rank out of range");
+    cr_assert_eq(ring__tcp_pair_nsocks(&c, -1), RING__DEFAULT_NSOCKS, "rank out of range");
+    peers[1].addr.len = 3; /* malformed */
+    cr_assert_eq(ring__tcp_pair_nsocks(&c, 1), RING__DEFAULT_NSOCKS);
+    c.peers = NULL; /* before the table */
+    cr_assert_eq(ring__tcp_pair_nsocks(&c, 1), RING__DEFAULT_NSOCKS);
 }
 
 /* The three-way knobs: auto (-1) by default, each value (off: 0, on: 1) read, anything else

@@ -38,7 +38,8 @@
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
-#define BS_VERSION 6u
+/* 7: RING_NSOCKS in the flags may be 0, auto (6 had only 1-16, and 2 by default) */
+#define BS_VERSION 7u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64

@@ -427,10 +427,12 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         ring__sockaddr_t la;
         memcpy(&la.ss, mine.addr.data, mine.addr.len);
         la.len = mine.addr.len;
+        char ns[16] = "auto";
+        if (comm->params.nsocks) snprintf(ns, sizeof ns, "%d", comm->params.nsocks);
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
-                 "rank %d/%d: root %s, data address %s on interface %s%s, %s transport, %d socket(s), chunk %zu B, depth %d",
+                 "rank %d/%d: root %s, data address %s on interface %s%s, %s transport, %s socket(s), chunk %zu B, depth %d",
                  comm->rank, n, ring__addr_str(&root, b, sizeof b), ring__addr_str(&la, b2, sizeof b2), ifname,
-                 comm->params.ifname[0] ? " (RING_SOCKET_IFNAME)" : " (route to the root)", tp->name, comm->params.nsocks,
+                 comm->params.ifname[0] ? " (RING_SOCKET_IFNAME)" : " (route to the root)", tp->name, ns,
                  comm->params.chunk_bytes, comm->params.pipeline_depth);
     }
     if (!comm->params.secret_set)
@@ -449,8 +451,9 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         const char *name;
         uint32_t mask;
         int shift;
-    } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT},
-                  {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT}};
+        const char *zero; /* how the setting says 0, if not "0" */
+    } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
+                  {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= (uint32_t)comm->params.nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK;
     mine.flags |= (uint32_t)!!comm->params.tcp_duplex << RING__PEER_DUPLEX_SHIFT;
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
@@ -469,10 +472,14 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
             uint32_t theirs = (p->flags & shared[k].mask) >> shared[k].shift;
             uint32_t ours = (mine.flags & shared[k].mask) >> shared[k].shift;
             if (theirs != ours) {
+                char t[16], o[16];
+                snprintf(t, sizeof t, "%u", theirs);
+                snprintf(o, sizeof o, "%u", ours);
                 rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
-                                  "rank %d (%s, pid %u) runs with %s=%u, this rank with %u: %s differs between ranks "
+                                  "rank %d (%s, pid %u) runs with %s=%s, this rank with %s: %s differs between ranks "
                                   "(it must be equal on all ranks)",
-                                  r, p->host, p->pid, shared[k].name, theirs, ours, shared[k].name);
+                                  r, p->host, p->pid, shared[k].name, !theirs && shared[k].zero ? shared[k].zero : t,
+                                  !ours && shared[k].zero ? shared[k].zero : o, shared[k].name);
                 goto fail;
             }
         }

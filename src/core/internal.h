@@ -83,7 +83,7 @@ enum { RING__TP_AUTO, RING__TP_TCP, RING__TP_SHM, RING__TP_RDMA };
 typedef struct ring__params {
     int timeout_ms;
     size_t chunk_bytes;
-    int nsocks;
+    int nsocks; /* RING_NSOCKS: 1..16, or 0 for auto (ring__tcp_pair_nsocks) */
     int pipeline_depth;
     size_t sockbuf_bytes;
     int spin_us; /* busy-poll this long after the last progress before sleeping in poll() */

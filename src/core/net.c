@@ -244,17 +244,18 @@ int ring__connect_check(int fd)
     return 1;
 }
 
+int ring__addr_is_loopback(const ring__sockaddr_t *a)
+{
+    if (a->ss.ss_family == AF_INET) return (ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24) == 127;
+    if (a->ss.ss_family != AF_INET6) return 0;
+    const struct in6_addr *x = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+}
+
 int ring__addr_is_local(const ring__sockaddr_t *a)
 {
-    if (a->ss.ss_family == AF_INET) {
-        const struct sockaddr_in *s = (const struct sockaddr_in *)&a->ss;
-        if ((ntohl(s->sin_addr.s_addr) >> 24) == 127) return 1;
-    } else if (a->ss.ss_family == AF_INET6) {
-        const struct in6_addr *x = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127)) return 1;
-    } else {
-        return 0;
-    }
+    if (a->ss.ss_family != AF_INET && a->ss.ss_family != AF_INET6) return 0;
+    if (ring__addr_is_loopback(a)) return 1;
     /* The kernel routes an address of its own through the loopback device, with that same
      * address as the source: ask for the route with a connected UDP socket (nothing is sent). */
     int fd = socket(a->ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -43,6 +43,8 @@ int ring__connect_check(int fd);
  * device): a loopback address, or an address of this namespace's own interfaces, which the
  * kernel routes to itself. 0 for anything else, and when the route cannot be looked up. */
 int ring__addr_is_local(const ring__sockaddr_t *a);
+/* A loopback address (127/8, ::1, ::ffff:127/104): the same answer on every host. */
+int ring__addr_is_loopback(const ring__sockaddr_t *a);
 /* TCP congestion control of fd: set it (0 or errno: ENOENT not in this kernel, EPERM not in
  * net.ipv4.tcp_allowed_congestion_control for a process without CAP_NET_ADMIN), or read it
  * into buf ("?" when it cannot be read). */

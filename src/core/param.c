@@ -193,8 +193,14 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     p->timeout_ms = (int)v;
     p->chunk_bytes = RING__DEFAULT_CHUNK_BYTES;
     RING_CHECK(env_size("RING_CHUNK_BYTES", RING__MIN_CHUNK, RING__MAX_CHUNK, &p->chunk_bytes));
-    v = RING__DEFAULT_NSOCKS;
-    RING_CHECK(env_int("RING_NSOCKS", 1, RING__MAX_NSOCKS, &v));
+    /* auto (0): ring__tcp_pair_nsocks picks per pair. */
+    v = 0;
+    const char *ns = getenv("RING_NSOCKS");
+    if (ns && *ns && strcmp(ns, "auto") && ring__parse_int(ns, 1, RING__MAX_NSOCKS, &v) != 0) {
+        rc = ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_NSOCKS=\"%s\": expected auto or an integer in [1, %d]", ns,
+                          RING__MAX_NSOCKS);
+        goto fail;
+    }
     p->nsocks = (int)v;
     v = 1;
     RING_CHECK(env_int("RING_TCP_DUPLEX", 0, 1, &v));

@@ -12,6 +12,8 @@
 
 #define RING__DEFAULT_TIMEOUT_MS 300000
 #define RING__DEFAULT_CHUNK_BYTES (512u * 1024u)
+/* RING_NSOCKS=auto (params.nsocks 0): sockets per TCP bundle, except between loopback addresses
+ * (ring__tcp_pair_nsocks). */
 #define RING__DEFAULT_NSOCKS 2
 #define RING__DEFAULT_PIPELINE_DEPTH 4
 #define RING__DEFAULT_SPIN_US 50

@@ -1,8 +1,8 @@
 /*
  * TCP transport.
  *
- * A connection to one peer is a bundle of `nsocks` non-blocking sockets (RING_NSOCKS), one
- * direction only. Each socket opens with a 40-byte handshake from the connecting side:
+ * A connection to one peer is a bundle of `nsocks` non-blocking sockets (RING_NSOCKS; auto: one
+ * between loopback addresses, else two, ring__tcp_pair_nsocks), one direction only. Each socket opens with a 40-byte handshake from the connecting side:
  *   magic "RGDH" | version | nsocks | duplex | 128-bit job secret | sender rank | socket index | job nonce
  * and the accepting side closes anything that does not match (strangers, port scanners,
  * connections of another job) without disturbing the job.
@@ -68,7 +68,6 @@ typedef struct bundle bundle;
 
 typedef struct tcp_ctx {
     ring_comm_t *comm;
-    int nsocks;
     size_t sockbuf;
     /* Congestion control for connections that stay inside this host and for the others;
      * NULL: the system's (sys_cc, which a remote socket taken from the listener gets back). */
@@ -128,6 +127,7 @@ struct tcp_req {
 
 typedef struct pconn {
     int peer;
+    int nsocks;
     ring__sockaddr_t addr;
     const char *cc; /* congestion control for its sockets (NULL: the system's) */
     int fds[RING__MAX_NSOCKS];
@@ -219,7 +219,6 @@ static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
     tcp_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
     ctx->comm = comm;
-    ctx->nsocks = comm->params.nsocks;
     ctx->sockbuf = comm->params.sockbuf_bytes;
     cc_init(ctx);
     ctx->bundles = calloc((size_t)comm->nranks, sizeof *ctx->bundles);
@@ -230,6 +229,8 @@ static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
     *ctxp = ctx;
     return RING_OK;
 }
+
+static int addr_from_blob(const ring__tp_addr_t *a, ring__sockaddr_t *out);
 
 /*
  * Whether the pair (this rank, peer) shares its sockets between both directions. Computed
@@ -244,6 +245,16 @@ static int pair_duplex(const tcp_ctx *ctx, int peer)
     if (!comm->params.tcp_duplex || !comm->peers) return 0;
     const ring__peer_info_t *a = &comm->peers[comm->rank], *b = &comm->peers[peer];
     return !(a->flags & b->flags & RING__PEER_RDMA) && !ring__topo_shm_pair(a, b);
+}
+
+int ring__tcp_pair_nsocks(const ring_comm_t *comm, int peer)
+{
+    if (comm->params.nsocks) return comm->params.nsocks;
+    if (!comm->peers || peer < 0 || peer >= comm->nranks) return RING__DEFAULT_NSOCKS;
+    ring__sockaddr_t a, b;
+    if (addr_from_blob(&comm->peers[comm->rank].addr, &a) || addr_from_blob(&comm->peers[peer].addr, &b))
+        return RING__DEFAULT_NSOCKS;
+    return ring__addr_is_loopback(&a) && ring__addr_is_loopback(&b) ? 1 : RING__DEFAULT_NSOCKS;
 }
 
 static void pconn_free(pconn *pc)
@@ -360,7 +371,7 @@ static tcp_conn *conn_new(tcp_ctx *ctx, int is_send, int peer, const ring__socka
     c->ctx = ctx;
     c->is_send = is_send;
     c->peer = peer;
-    c->nsocks = ctx->nsocks;
+    c->nsocks = ring__tcp_pair_nsocks(ctx->comm, peer);
     for (int i = 0; i < RING__MAX_NSOCKS; i++) c->q[i].fd = -1;
     char b[80];
     snprintf(c->desc, sizeof c->desc, "rank %d (%s)", peer, addr ? ring__addr_str(addr, b, sizeof b) : "?");
@@ -415,6 +426,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
         pc = calloc(1, sizeof *pc);
         if (!pc) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
         pc->peer = peer;
+        pc->nsocks = ring__tcp_pair_nsocks(comm, peer);
         pc->duplex = duplex;
         for (int i = 0; i < RING__MAX_NSOCKS; i++) pc->fds[i] = -1;
         if (addr_from_blob(addr, &pc->addr) != 0) {
@@ -422,10 +434,10 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
             return ring__seterr(comm, RING_ERR_PROTOCOL, "tcp: malformed address for rank %d", peer);
         }
         pc->cc = ctx->cc_local == ctx->cc_remote || ring__addr_is_local(&pc->addr) ? ctx->cc_local : ctx->cc_remote;
-        for (int i = 0; i < ctx->nsocks; i++) {
+        for (int i = 0; i < pc->nsocks; i++) {
             unsigned char *h = pc->hs[i];
             ring__put32(h, HS_MAGIC);
-            ring__put32(h + 4, TCP_VERSION | (uint32_t)ctx->nsocks << 16 | (uint32_t)duplex << HS_DUPLEX_SHIFT);
+            ring__put32(h + 4, TCP_VERSION | (uint32_t)pc->nsocks << 16 | (uint32_t)duplex << HS_DUPLEX_SHIFT);
             memcpy(h + 8, comm->params.secret, 16);
             ring__put32(h + 24, (uint32_t)comm->rank);
             ring__put32(h + 28, (uint32_t)i);
@@ -437,7 +449,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
     char b[80];
     int64_t now = ring__now_ns();
     int ready = 0;
-    for (int i = 0; i < ctx->nsocks; i++) {
+    for (int i = 0; i < pc->nsocks; i++) {
         if (pc->state[i] == 0) {
             if (pc->fds[i] < 0) {
                 if (now < pc->retry_at[i]) continue;
@@ -516,8 +528,8 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
                             "tcp: rank %d at %s closed this rank's connection before taking it (it failed, exited or refused "
                             "the connection: its own error, or its log at RING_DEBUG=WARN, says why)",
                             peer, ring__addr_str(&pc->addr, b, sizeof b));
-    if (ready < ctx->nsocks) return RING_OK;
-    for (int i = 0; i < ctx->nsocks; i++) {
+    if (ready < pc->nsocks) return RING_OK;
+    for (int i = 0; i < pc->nsocks; i++) {
         fds[i] = pc->fds[i];
         pc->fds[i] = -1;
     }
@@ -535,8 +547,9 @@ static ring_result_t listen_pump(tcp_listen *l);
 static int take_from_listener(tcp_listen *l, int peer, int *fds)
 {
     tcp_ctx *ctx = l->ctx;
-    if (l->have[peer] < ctx->nsocks) return 0;
-    for (int i = 0; i < ctx->nsocks; i++) {
+    int n = ring__tcp_pair_nsocks(ctx->comm, peer);
+    if (l->have[peer] < n) return 0;
+    for (int i = 0; i < n; i++) {
         fds[i] = l->fds[peer][i];
         l->fds[peer][i] = -1;
         ring__sock_tune(fds[i], ctx->sockbuf);
@@ -555,10 +568,10 @@ static ring_result_t view_new(tcp_ctx *ctx, int is_send, int peer, const int *fd
     tcp_conn *c = conn_new(ctx, is_send, peer, have_addr ? &pa : NULL);
     if (!c) {
         if (!lk)
-            for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+            for (int i = 0; i < ring__tcp_pair_nsocks(ctx->comm, peer); i++) close(fds[i]);
         return ring__seterr(ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
     }
-    for (int i = 0; i < ctx->nsocks; i++) c->q[i].fd = fds[i];
+    for (int i = 0; i < c->nsocks; i++) c->q[i].fd = fds[i];
     c->bundle = lk;
     if (lk) lk->refs++;
     char cc[32];
@@ -575,7 +588,7 @@ static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
 {
     ring_comm_t *comm = ctx->comm;
     ring_result_t rc = RING_OK;
-    int fds[RING__MAX_NSOCKS], done = 0;
+    int fds[RING__MAX_NSOCKS], done = 0, n = ring__tcp_pair_nsocks(comm, peer);
     tcp_listen *l = ctx->l;
     if (!l) return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: no listener for rank %d's duplex connection", peer);
     /* Every time, on either rank of the pair: strangers' and stale sockets are closed whenever
@@ -591,11 +604,11 @@ static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
             unsigned char ack[ACK_LEN];
             ring__put32(ack, ACK_MAGIC);
             /* 4 bytes into a new socket's empty send buffer: all or an error. */
-            for (int i = 0; i < ctx->nsocks && rc == RING_OK; i++)
+            for (int i = 0; i < n && rc == RING_OK; i++)
                 if (send(fds[i], ack, ACK_LEN, MSG_NOSIGNAL | MSG_DONTWAIT) != ACK_LEN)
                     rc = ring__seterr_errno(comm, RING_ERR_CONNECT, errno, "tcp: accepting rank %d's duplex socket", peer);
             if (rc != RING_OK) {
-                for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+                for (int i = 0; i < n; i++) close(fds[i]);
                 return rc;
             }
         }
@@ -603,12 +616,12 @@ static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
     if (!done) return RING_OK;
     bundle *lk = calloc(1, sizeof *lk);
     if (!lk) {
-        for (int i = 0; i < ctx->nsocks; i++) close(fds[i]);
+        for (int i = 0; i < n; i++) close(fds[i]);
         return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
     }
     lk->ctx = ctx;
     lk->peer = peer;
-    for (int i = 0; i < RING__MAX_NSOCKS; i++) lk->fds[i] = i < ctx->nsocks ? fds[i] : -1;
+    for (int i = 0; i < RING__MAX_NSOCKS; i++) lk->fds[i] = i < n ? fds[i] : -1;
     ctx->bundles[peer] = *out = lk;
 fail:
     return rc;
@@ -724,8 +737,11 @@ static ring_result_t listen_pump(tcp_listen *l)
             continue;
         }
         uint32_t rank, idx;
-        const char *why = ring__tcp_hs_check(p->buf, comm->params.secret, comm->job_nonce, ctx->nsocks, l->nranks,
-                                             comm->rank, &rank, &idx);
+        /* The count the claimed sender must use with this rank (out of range: any, the rank
+         * check drops it). */
+        int ns = ring__tcp_pair_nsocks(comm, (int)RING__MIN(ring__get32(p->buf + 24), (uint32_t)INT32_MAX));
+        const char *why = ring__tcp_hs_check(p->buf, comm->params.secret, comm->job_nonce, ns, l->nranks, comm->rank,
+                                             &rank, &idx);
         if (!why && l->fds[rank][idx] >= 0) why = "duplicate socket index";
         if (why) {
             drop_pending(l, i, why);
@@ -776,7 +792,7 @@ static int tcp_listen_pollfds(void *vl, struct pollfd *fds, int max)
     if (n < max) fds[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
     for (int i = 0; i < l->npend && n < max; i++) fds[n++] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
     for (pconn *pc = l->ctx->connecting; pc; pc = pc->next)
-        for (int i = 0; i < l->ctx->nsocks && n < max; i++)
+        for (int i = 0; i < pc->nsocks && n < max; i++)
             if (pc->fds[i] >= 0 && pc->state[i] < 3)
                 fds[n++] = (struct pollfd){.fd = pc->fds[i], .events = pc->state[i] == 2 ? POLLIN : POLLOUT};
     return n;
