@@ -61,6 +61,16 @@ ncc=$(cat "$logs"/rank.*.log 2>/dev/null | grep -c 'congestion control ')
 other=$(cat "$logs"/rank.*.log 2>/dev/null | grep 'congestion control ' | grep -v "congestion control $sys_cc\b" | head -n 3)
 ((ncc >= 6)) || { echo "FAIL: netns-bed: expected every rank to log its TCP connections' congestion control, found $ncc lines" >&2; exit 1; }
 [[ -z $other ]] || { echo "FAIL: netns-bed: connections between hosts should keep the system's $sys_cc: $other" >&2; exit 1; }
+# The plain-socket floor (perf/netns/sock_floor.c) on 2 hosts: both patterns run and add up.
+floor=${RING_TEST_SOCK_FLOOR:-}
+if [[ -n $floor ]]; then
+    frc=0
+    "$bed" -n 2 --timeout 45 --prefix "${prefix}f" -- "$floor" -b 4096 -n 50 -w 5 -r 1 >"$out" 2>&1 || frc=$?
+    cat "$out"
+    ((frc == 0)) || { echo "FAIL: netns-bed: sock_floor exited with status $frc" >&2; exit 1; }
+    [[ $(grep -cE '^round 1 (rd|a2a) +[0-9.]+$' "$out") -eq 2 ]] ||
+        { echo "FAIL: netns-bed: sock_floor printed no time for rd and a2a" >&2; exit 1; }
+fi
 left=$(ip netns list | awk -v p="$prefix" 'index($1, p) == 1 { print $1 }')
 [[ -z $left ]] || { echo "FAIL: netns-bed: namespaces left behind: $left" >&2; exit 1; }
-echo "PASS: netns-bed: $rows sizes over 3 namespaces, $ncc connections with the system's congestion control $sys_cc"
+echo "PASS: netns-bed: $rows sizes over 3 namespaces, $ncc connections with the system's congestion control $sys_cc${floor:+; sock_floor ran}"
