@@ -49,9 +49,9 @@ static inline uint32_t ring__layout_key(size_t chunk_bytes, int depth)
  * with RING_CUDA_IPC=auto or 1. */
 #define RING__PEER_CUDA_DIRECT 4u
 /* Bits 8-13: this rank's TCP socket settings, which every rank must share: RING_NSOCKS (0 for
- * auto, or 1-16; 5 bits) and RING_TCP_DUPLEX. In the table, so that a rank that differs fails init on every
- * rank at once, naming the setting, instead of having its sockets dropped at a peer's listener
- * (RING_NSOCKS: the peer waited out its timeout). */
+ * auto, or 1-16; 5 bits) and RING_TCP_DUPLEX. In the table, so that a rank that differs fails
+ * init on every rank at once, naming the setting, instead of having its sockets dropped at a
+ * peer's listener (RING_NSOCKS: the peer waited out its timeout). */
 #define RING__PEER_NSOCKS_SHIFT 8
 #define RING__PEER_NSOCKS_MASK (0x1fu << RING__PEER_NSOCKS_SHIFT)
 #define RING__PEER_DUPLEX_SHIFT 13
