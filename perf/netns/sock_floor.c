@@ -124,40 +124,53 @@ int main(int argc, char **argv)
 
     size_t cnt = bytes / 4;
     float *x = malloc(bytes), *acc = malloc(bytes), *t = malloc(bytes * (size_t)n);
-    if (!x || !acc || !t) return die("malloc");
+    const char *err = NULL; /* what failed, for the one exit below */
+    int bad = 0;
+    if (!x || !acc || !t) {
+        err = "malloc";
+        goto out;
+    }
     /* Small integers: every order of addition gives the exact sum, so both patterns check. */
     for (size_t i = 0; i < cnt; i++) x[i] = (float)((r + 1) * (int)(i % 7 + 1));
-    int bad = 0;
     if (r == 0) printf("# sock_floor: N=%d, %zu B, %d iterations (+%d warm-up), us per all-reduce\n", n, bytes, iters, warm);
     for (int round = 0; round < rounds; round++)
         for (int a2a = 0; a2a < 2; a2a++) {
             double t0 = 0;
-            for (int it = -warm; it < iters; it++) {
+            for (int it = -warm; it < iters && !err; it++) {
                 if (it == 0) t0 = now_us();
                 if (!a2a) {
                     memcpy(acc, x, bytes);
-                    for (int m = 1; m < n; m <<= 1) {
+                    for (int m = 1; m < n && !err; m <<= 1) {
                         int p = r ^ m;
-                        if (io(fds[p], acc, bytes, 1) || io(fds[p], t, bytes, 0)) return die("rd exchange");
+                        if (io(fds[p], acc, bytes, 1) || io(fds[p], t, bytes, 0)) err = "rd exchange";
                         const float *lo = p < r ? t : acc, *hi = p < r ? acc : t;
                         for (size_t i = 0; i < cnt; i++) acc[i] = lo[i] + hi[i];
                     }
                 } else {
-                    for (int j = 0; j < n; j++)
-                        if (j != r && io(fds[j], x, bytes, 1)) return die("a2a send");
-                    for (int j = 0; j < n; j++)
-                        if (j != r && io(fds[j], t + (size_t)j * cnt, bytes, 0)) return die("a2a receive");
+                    for (int j = 0; j < n && !err; j++)
+                        if (j != r && io(fds[j], x, bytes, 1)) err = "a2a send";
+                    for (int j = 0; j < n && !err; j++)
+                        if (j != r && io(fds[j], t + (size_t)j * cnt, bytes, 0)) err = "a2a receive";
                     memcpy(t + (size_t)r * cnt, x, bytes);
                     memcpy(acc, t, bytes);
                     for (int j = 1; j < n; j++)
                         for (size_t i = 0; i < cnt; i++) acc[i] += t[(size_t)j * cnt + i];
                 }
             }
+            if (err) goto out;
             double us = (now_us() - t0) / iters;
             for (size_t i = 0; i < cnt; i++)
                 if (acc[i] != (float)(n * (n + 1) / 2 * (int)(i % 7 + 1))) bad++;
             if (r == 0) printf("round %d %-3s %10.2f\n", round + 1, a2a ? "a2a" : "rd", us);
         }
     if (bad) fprintf(stderr, "sock_floor: rank %d: %d wrong elements\n", r, bad);
-    return bad ? 1 : 0;
+out:
+    if (err) die(err);
+    free(x);
+    free(acc);
+    free(t);
+    for (int j = 0; j < n; j++)
+        if (j != r) close(fds[j]);
+    close(ls);
+    return err || bad ? 1 : 0;
 }
