@@ -1813,23 +1813,6 @@ static int accept_within(int lfd, int ms)
     return accept(lfd, NULL, NULL);
 }
 
-static int recv_within(int fd, unsigned char *b, size_t n, int ms)
-{
-    double until = now_ms() + ms;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = recv(fd, b + got, n - got, MSG_DONTWAIT);
-        if (k > 0) {
-            got += (size_t)k;
-            continue;
-        }
-        if (k == 0 || (errno != EAGAIN && errno != EINTR) || now_ms() > until) return -1;
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        poll(&pf, 1, 20);
-    }
-    return 0;
-}
-
 /*
  * A peer that dies while rank 0 connects to it, after the rank table went out: rank 0's
  * sockets reach its listener and are reset before the peer took them (the accept word never
@@ -1868,8 +1851,7 @@ Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init
         snprintf(fake.bootid, sizeof fake.bootid, "fake-boot");
         fake.pid = 1;
         fake.layout = ring__layout_key(prm.chunk_bytes, prm.pipeline_depth);
-        fake.flags = (uint32_t)prm.nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK;
-        fake.flags |= (uint32_t)!!prm.tcp_duplex << RING__PEER_DUPLEX_SHIFT;
+        fake.flags = ring__peer_tcp_flags(prm.nsocks, prm.tcp_duplex);
         cr_assert_eq(prm.tcp_duplex, duplex);
         const int nsock = prm.nsocks ? prm.nsocks : 1; /* RING_NSOCKS=auto between loopback addresses */
 
@@ -1887,7 +1869,8 @@ Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init
         unsigned char hello[RING__HELLO_LEN], table[RING__TABLE_HDR_LEN + N * RING__TABLE_ENTRY_LEN];
         ring__hello_build(hello, prm.secret, 1, N, &fake);
         cr_assert_eq(send_bytes(bfd, hello, sizeof hello), 0);
-        cr_assert_eq(recv_within(bfd, table, sizeof table, 10000), 0, "no rank table from rank 0");
+        const int64_t within = 10000000000LL; /* 10 s for each read below */
+        cr_assert_eq(ring__io_full(bfd, table, sizeof table, 0, ring__now_ns() + within, -1), 0, "no rank table from rank 0");
 
         /* Take every socket rank 0 opens to this "rank" and see its handshake; then reset them
          * all. */
@@ -1896,7 +1879,8 @@ Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init
             fds[i] = accept_within(lfd, 10000);
             cr_assert(fds[i] >= 0, "duplex %d: rank 0 did not connect socket %d of %d", duplex, i, nsock);
             unsigned char hs[RING__TCP_HS_LEN];
-            cr_assert_eq(recv_within(fds[i], hs, sizeof hs, 10000), 0, "duplex %d: no handshake on socket %d", duplex, i);
+            cr_assert_eq(ring__io_full(fds[i], hs, sizeof hs, 0, ring__now_ns() + within, -1), 0,
+                         "duplex %d: no handshake on socket %d", duplex, i);
             cr_assert_eq(ring__get32(hs), DATA_HS_MAGIC);
         }
         /* One-way sockets count as made once their handshakes are out, but rank 0 may still

@@ -56,6 +56,12 @@ static inline uint32_t ring__layout_key(size_t chunk_bytes, int depth)
 #define RING__PEER_NSOCKS_MASK (0x1fu << RING__PEER_NSOCKS_SHIFT)
 #define RING__PEER_DUPLEX_SHIFT 13
 #define RING__PEER_DUPLEX (1u << RING__PEER_DUPLEX_SHIFT)
+/* Those bits for RING_NSOCKS (params.nsocks, 0 auto) and RING_TCP_DUPLEX. */
+static inline uint32_t ring__peer_tcp_flags(int nsocks, int duplex)
+{
+    return ((uint32_t)nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK) |
+           (uint32_t)!!duplex << RING__PEER_DUPLEX_SHIFT;
+}
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */

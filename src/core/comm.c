@@ -454,8 +454,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         const char *zero; /* how the setting says 0, if not "0" */
     } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
-    mine.flags |= (uint32_t)comm->params.nsocks << RING__PEER_NSOCKS_SHIFT & RING__PEER_NSOCKS_MASK;
-    mine.flags |= (uint32_t)!!comm->params.tcp_duplex << RING__PEER_DUPLEX_SHIFT;
+    mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */

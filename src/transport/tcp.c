@@ -568,8 +568,7 @@ static ring_result_t view_new(tcp_ctx *ctx, int is_send, int peer, const int *fd
     int have_addr = getpeername(fds[0], (struct sockaddr *)&pa.ss, &pa.len) == 0;
     tcp_conn *c = conn_new(ctx, is_send, peer, have_addr ? &pa : NULL);
     if (!c) {
-        if (!lk)
-            for (int i = 0; i < ring__tcp_pair_nsocks(ctx->comm, peer); i++) close(fds[i]);
+        for (int i = 0, n = ring__tcp_pair_nsocks(ctx->comm, peer); !lk && i < n; i++) close(fds[i]);
         return ring__seterr(ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
     }
     for (int i = 0; i < c->nsocks; i++) c->q[i].fd = fds[i];
