@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -370,6 +371,49 @@ Test(param, tcp_sockets_per_pair)
     cr_assert_eq(ring__tcp_pair_nsocks(&c, 1), RING__DEFAULT_NSOCKS);
     c.peers = NULL; /* before the table */
     cr_assert_eq(ring__tcp_pair_nsocks(&c, 1), RING__DEFAULT_NSOCKS);
+}
+
+/* Two ranks on one kernel and in one network namespace that use a NIC address of the machine
+ * (RING_SOCKET_IFNAME=eth0) get one socket as on loopback; the same address on another kernel,
+ * an unknown kernel, or a peer address that is not this machine's keeps the default. */
+Test(param, tcp_sockets_per_pair_own_address)
+{
+    char own[INET6_ADDRSTRLEN] = "";
+    struct ifaddrs *ifs = NULL;
+    cr_assert_eq(getifaddrs(&ifs), 0, "getifaddrs: %s", strerror(errno));
+    for (struct ifaddrs *i = ifs; i && !own[0]; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        const struct in_addr *a = &((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+        if ((ntohl(a->s_addr) >> 24) != 127) inet_ntop(AF_INET, a, own, sizeof own);
+    }
+    freeifaddrs(ifs);
+    if (!own[0]) {
+        cr_log_warn("skipped: this machine has no IPv4 address outside 127/8");
+        cr_skip_test("no IPv4 address outside 127/8");
+    }
+    ring__peer_info_t peers[3];
+    memset(peers, 0, sizeof peers);
+    put_addr(&peers[0].addr, own);
+    put_addr(&peers[1].addr, own);
+    put_addr(&peers[2].addr, "198.51.100.7"); /* TEST-NET-2: nobody's */
+    ring_comm_t c;
+    memset(&c, 0, sizeof c);
+    c.nranks = 3;
+    c.peers = peers;
+    for (int me = 0; me < 2; me++) {
+        c.rank = me;
+        cr_assert_eq(ring__tcp_pair_nsocks(&c, !me), RING__DEFAULT_NSOCKS, "%s, kernels unknown", own);
+        peers[0].kernel = peers[1].kernel = peers[2].kernel = 0x5151u;
+        cr_assert_eq(ring__tcp_pair_nsocks(&c, !me), 1, "%s, one kernel", own);
+        cr_assert_eq(ring__tcp_pair_nsocks(&c, 2), RING__DEFAULT_NSOCKS, "198.51.100.7 is not this machine's");
+        peers[!me].kernel = 0x7777u;
+        cr_assert_eq(ring__tcp_pair_nsocks(&c, !me), RING__DEFAULT_NSOCKS, "%s, the peer on another kernel", own);
+        c.params.nsocks = 4;
+        peers[!me].kernel = 0x5151u;
+        cr_assert_eq(ring__tcp_pair_nsocks(&c, !me), 4, "a set RING_NSOCKS still applies");
+        c.params.nsocks = 0;
+        peers[0].kernel = peers[1].kernel = peers[2].kernel = 0;
+    }
 }
 
 /* The three-way knobs: auto (-1) by default, each value (off: 0, on: 1) read, anything else

@@ -2,7 +2,7 @@
  * TCP transport.
  *
  * A connection to one peer is a bundle of `nsocks` non-blocking sockets (RING_NSOCKS; auto: one
- * between loopback addresses, else two, ring__tcp_pair_nsocks), one direction only. Each
+ * where the bytes stay in one network stack, else two, ring__tcp_pair_nsocks), one direction only. Each
  * socket opens with a 40-byte handshake from the connecting side:
  *   magic "RGDH" | version | nsocks | duplex | 128-bit job secret | sender rank | socket index | job nonce
  * and the accepting side closes anything that does not match (strangers, port scanners,
@@ -255,7 +255,16 @@ int ring__tcp_pair_nsocks(const ring_comm_t *comm, int peer)
     ring__sockaddr_t a, b;
     if (addr_from_blob(&comm->peers[comm->rank].addr, &a) || addr_from_blob(&comm->peers[peer].addr, &b))
         return RING__DEFAULT_NSOCKS;
-    return ring__addr_is_loopback(&a) && ring__addr_is_loopback(&b) ? 1 : RING__DEFAULT_NSOCKS;
+    if (ring__addr_is_loopback(&a) && ring__addr_is_loopback(&b)) return 1;
+    /* A NIC address of this machine reached from the same network namespace also goes through
+     * the loopback device. Both ends agree without asking each other: ranks in one namespace
+     * each find the other's address among their own, and a rank in another namespace (the
+     * netns bed, a container) cannot have it among its own, since a job whose peer's address
+     * routed back to itself could not connect at all. The same kernel guards against a stale
+     * or odd table. */
+    const ring__peer_info_t *me = &comm->peers[comm->rank], *pi = &comm->peers[peer];
+    if (me->kernel && me->kernel == pi->kernel && ring__addr_is_local(&b)) return 1;
+    return RING__DEFAULT_NSOCKS;
 }
 
 static void pconn_free(pconn *pc)

@@ -167,9 +167,11 @@ const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16],
                                int nranks, int myrank, uint32_t *rank, uint32_t *idx);
 int ring__tcp_hdr_check(const unsigned char *hdr, uint32_t want_seq, size_t want_len, uint32_t *seq, uint64_t *len);
 /* Sockets per TCP bundle between this rank and peer: RING_NSOCKS where set; with auto, one
- * where both ranks' data addresses are loopback addresses (one host, one network namespace:
- * more sockets only add syscalls and wake-ups there, docs/performance.md 2026-11-27 (6)),
- * RING__DEFAULT_NSOCKS otherwise. From the rank table alone, so both ranks of a pair agree. */
+ * where the pair's bytes go through the loopback device (both data addresses loopback
+ * addresses, or, on the same kernel, the peer's address is one of this rank's own: one host,
+ * one network namespace), where more sockets only add syscalls and wake-ups
+ * (docs/performance.md 2026-11-27 (6), (7)); RING__DEFAULT_NSOCKS otherwise. From the rank
+ * table and this rank's own addresses, so both ranks of a pair agree. */
 int ring__tcp_pair_nsocks(const ring_comm_t *comm, int peer);
 
 #endif
