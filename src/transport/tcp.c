@@ -2,8 +2,8 @@
  * TCP transport.
  *
  * A connection to one peer is a bundle of `nsocks` non-blocking sockets (RING_NSOCKS; auto: one
- * where the bytes stay in one network stack, else two, ring__tcp_pair_nsocks), one direction only. Each
- * socket opens with a 40-byte handshake from the connecting side:
+ * where the bytes stay in one network stack, else two, ring__tcp_pair_nsocks), one direction
+ * only. Each socket opens with a 40-byte handshake from the connecting side:
  *   magic "RGDH" | version | nsocks | duplex | 128-bit job secret | sender rank | socket index | job nonce
  * and the accepting side closes anything that does not match (strangers, port scanners,
  * connections of another job) without disturbing the job.
