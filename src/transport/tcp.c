@@ -77,6 +77,9 @@ typedef struct tcp_ctx {
     struct pconn *connecting; /* connections being established, by peer */
     tcp_listen *l;            /* this rank's listener: a duplex pair's higher rank takes its sockets there */
     bundle **bundles;         /* duplex bundles, by peer; NULL until made */
+    /* Sockets per pair, by peer (pair_nsocks); 0 until first asked with the rank table in.
+     * Every setup step asks again, and the answer may cost a route lookup. */
+    uint8_t *nsocks;
 } tcp_ctx;
 
 /* A duplex bundle: the sockets of both directions with one peer, closed with its last view. */
@@ -223,7 +226,10 @@ static ring_result_t tcp_init(ring_comm_t *comm, void **ctxp)
     ctx->sockbuf = comm->params.sockbuf_bytes;
     cc_init(ctx);
     ctx->bundles = calloc((size_t)comm->nranks, sizeof *ctx->bundles);
-    if (!ctx->bundles) {
+    ctx->nsocks = calloc((size_t)comm->nranks, sizeof *ctx->nsocks);
+    if (!ctx->bundles || !ctx->nsocks) {
+        free(ctx->bundles);
+        free(ctx->nsocks);
         free(ctx);
         return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
     }
@@ -267,6 +273,15 @@ int ring__tcp_pair_nsocks(const ring_comm_t *comm, int peer)
     return RING__DEFAULT_NSOCKS;
 }
 
+/* ring__tcp_pair_nsocks, decided once per peer. */
+static int pair_nsocks(tcp_ctx *ctx, int peer)
+{
+    const ring_comm_t *comm = ctx->comm;
+    if (!comm->peers || peer < 0 || peer >= comm->nranks) return ring__tcp_pair_nsocks(comm, peer);
+    if (!ctx->nsocks[peer]) ctx->nsocks[peer] = (uint8_t)ring__tcp_pair_nsocks(comm, peer);
+    return ctx->nsocks[peer];
+}
+
 static void pconn_free(pconn *pc)
 {
     for (int i = 0; i < RING__MAX_NSOCKS; i++)
@@ -297,6 +312,7 @@ static void tcp_fini(void *vctx)
         free(lk);
     }
     free(ctx->bundles);
+    free(ctx->nsocks);
     free(ctx);
 }
 
@@ -381,7 +397,7 @@ static tcp_conn *conn_new(tcp_ctx *ctx, int is_send, int peer, const ring__socka
     c->ctx = ctx;
     c->is_send = is_send;
     c->peer = peer;
-    c->nsocks = ring__tcp_pair_nsocks(ctx->comm, peer);
+    c->nsocks = pair_nsocks(ctx, peer);
     for (int i = 0; i < RING__MAX_NSOCKS; i++) c->q[i].fd = -1;
     char b[80];
     snprintf(c->desc, sizeof c->desc, "rank %d (%s)", peer, addr ? ring__addr_str(addr, b, sizeof b) : "?");
@@ -436,7 +452,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
         pc = calloc(1, sizeof *pc);
         if (!pc) return ring__seterr(comm, RING_ERR_NOMEM, "tcp: out of memory");
         pc->peer = peer;
-        pc->nsocks = ring__tcp_pair_nsocks(comm, peer);
+        pc->nsocks = pair_nsocks(ctx, peer);
         pc->duplex = duplex;
         for (int i = 0; i < RING__MAX_NSOCKS; i++) pc->fds[i] = -1;
         if (addr_from_blob(addr, &pc->addr) != 0) {
@@ -557,7 +573,7 @@ static ring_result_t listen_pump(tcp_listen *l);
 static int take_from_listener(tcp_listen *l, int peer, int *fds)
 {
     tcp_ctx *ctx = l->ctx;
-    int n = ring__tcp_pair_nsocks(ctx->comm, peer);
+    int n = pair_nsocks(ctx, peer);
     if (l->have[peer] < n) return 0;
     for (int i = 0; i < n; i++) {
         fds[i] = l->fds[peer][i];
@@ -577,7 +593,7 @@ static ring_result_t view_new(tcp_ctx *ctx, int is_send, int peer, const int *fd
     int have_addr = getpeername(fds[0], (struct sockaddr *)&pa.ss, &pa.len) == 0;
     tcp_conn *c = conn_new(ctx, is_send, peer, have_addr ? &pa : NULL);
     if (!c) {
-        for (int i = 0, n = ring__tcp_pair_nsocks(ctx->comm, peer); !lk && i < n; i++) close(fds[i]);
+        for (int i = 0, n = pair_nsocks(ctx, peer); !lk && i < n; i++) close(fds[i]);
         return ring__seterr(ctx->comm, RING_ERR_NOMEM, "tcp: out of memory");
     }
     for (int i = 0; i < c->nsocks; i++) c->q[i].fd = fds[i];
@@ -597,7 +613,7 @@ static ring_result_t duplex_bundle(tcp_ctx *ctx, int peer, bundle **out)
 {
     ring_comm_t *comm = ctx->comm;
     ring_result_t rc = RING_OK;
-    int fds[RING__MAX_NSOCKS], done = 0, n = ring__tcp_pair_nsocks(comm, peer);
+    int fds[RING__MAX_NSOCKS], done = 0, n = pair_nsocks(ctx, peer);
     tcp_listen *l = ctx->l;
     if (!l) return ring__seterr(comm, RING_ERR_INTERNAL, "tcp: no listener for rank %d's duplex connection", peer);
     /* Every time, on either rank of the pair: strangers' and stale sockets are closed whenever
@@ -748,7 +764,7 @@ static ring_result_t listen_pump(tcp_listen *l)
         uint32_t rank, idx;
         /* The count the claimed sender must use with this rank (out of range: any, the rank
          * check drops it). */
-        int ns = ring__tcp_pair_nsocks(comm, (int)RING__MIN(ring__get32(p->buf + 24), (uint32_t)INT32_MAX));
+        int ns = pair_nsocks(l->ctx, (int)RING__MIN(ring__get32(p->buf + 24), (uint32_t)INT32_MAX));
         const char *why = ring__tcp_hs_check(p->buf, comm->params.secret, comm->job_nonce, ns, l->nranks, comm->rank,
                                              &rank, &idx);
         if (!why && l->fds[rank][idx] >= 0) why = "duplicate socket index";
