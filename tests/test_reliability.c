@@ -1853,7 +1853,6 @@ Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init
         fake.layout = ring__layout_key(prm.chunk_bytes, prm.pipeline_depth);
         fake.flags = ring__peer_tcp_flags(prm.nsocks, prm.tcp_duplex);
         cr_assert_eq(prm.tcp_duplex, duplex);
-        const int nsock = prm.nsocks ? prm.nsocks : 1; /* RING_NSOCKS=auto between loopback addresses */
 
         int port = free_port();
         init_arg a;
@@ -1871,6 +1870,19 @@ Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init
         cr_assert_eq(send_bytes(bfd, hello, sizeof hello), 0);
         const int64_t within = 10000000000LL; /* 10 s for each read below */
         cr_assert_eq(ring__io_full(bfd, table, sizeof table, 0, ring__now_ns() + within, -1), 0, "no rank table from rank 0");
+        /* As many sockets as rank 0 decides for this pair from the table it sent (tcp.c's rule,
+         * not a copy of it here). */
+        ring__peer_info_t tab[N];
+        for (int r = 0; r < N; r++)
+            cr_assert_eq(ring__peer_info_parse(table + RING__TABLE_HDR_LEN + r * RING__TABLE_ENTRY_LEN, &tab[r]), 0,
+                         "rank table entry %d", r);
+        ring_comm_t view;
+        memset(&view, 0, sizeof view);
+        view.params = prm;
+        view.nranks = N;
+        view.peers = tab;
+        const int nsock = ring__tcp_pair_nsocks(&view, 1);
+        cr_assert(nsock >= 1 && nsock <= RING__MAX_NSOCKS);
 
         /* Take every socket rank 0 opens to this "rank" and see its handshake; then reset them
          * all. */

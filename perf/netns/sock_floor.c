@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,11 @@ static int io(int fd, void *b, size_t n, int out)
     while (n) {
         ssize_t k = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
+        if (k < 0) return -1;
+        if (k == 0) { /* the peer closed: no errno of its own, so the report names it */
+            errno = ECONNRESET;
+            return -1;
+        }
         p += k;
         n -= (size_t)k;
     }
@@ -113,10 +118,18 @@ int main(int argc, char **argv)
         if (s < 0 || io(s, &who, 4, 1)) return die("connect");
         fds[j] = s;
     }
+    uint64_t seen = 0;
     for (int j = r + 1; j < n; j++) {
         int s = accept(ls, NULL, NULL);
         uint32_t who;
-        if (s < 0 || io(s, &who, 4, 0) || who <= (uint32_t)r || who >= (uint32_t)n) return die("accept");
+        if (s < 0 || io(s, &who, 4, 0)) return die("accept");
+        /* A stray connector or a second one for a rank: a usage error, not a system one. */
+        if (who <= (uint32_t)r || who >= (uint32_t)n || (seen >> who & 1)) {
+            fprintf(stderr, "sock_floor: rank %d: a connector named itself rank %u (expected %d..%d, once each)\n", r,
+                    who, r + 1, n - 1);
+            return 1;
+        }
+        seen |= (uint64_t)1 << who;
         fds[who] = s;
     }
     for (int j = 0; j < n; j++)
