@@ -1879,6 +1879,7 @@ Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init
         ring_comm_t view;
         memset(&view, 0, sizeof view);
         view.params = prm;
+        view.rank = 0; /* rank 0's side of the pair, as tcp.c there sees it */
         view.nranks = N;
         view.peers = tab;
         const int nsock = ring__tcp_pair_nsocks(&view, 1);
