@@ -5,7 +5,9 @@
  *
  *  strangers  connections from outside the job (garbage, wrong-secret HELLO and handshakes,
  *             half-open and half-closed connections, port scans, slow loris) while 4 ranks
- *             join and run checked collectives: results stay right, nothing leaks.
+ *             join and run checked collectives: results stay right, nothing leaks. Ranks
+ *             queued behind 64 silent strangers in a stopped root's backlog all join; a root
+ *             out of file descriptors fails init at once, saying so.
  *  resources  10,000 init/destroy cycles, and pairs that fail (abort, timeout, a peer gone,
  *             init rejected), without fd, thread or memory growth.
  *  bad_input  every argument error of every call on a live pair is refused before anything
@@ -39,13 +41,17 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -857,6 +863,161 @@ Test(strangers, garbage_wrong_secrets_scans_and_slow_loris_do_not_disturb_the_jo
     free(s);
     cr_assert_eq(count_fds(), fds0, "file descriptors leaked: %d before, %d after", fds0, count_fds());
     cr_assert_eq(status_field("Threads"), threads0, "threads left behind");
+}
+
+/* Up to max silent connections to the root on 127.0.0.1:port, once it listens (waiting up to
+ * 10 s for that); stop_pid > 0 is stopped (SIGSTOP) after the first, so that the rest queue in
+ * its backlog. Returns how many connected. */
+static int silent_strangers(int port, int *fds, int max, pid_t stop_pid)
+{
+    target_t root = {.len = sizeof(struct sockaddr_in)};
+    *(struct sockaddr_in *)&root.ss = (struct sockaddr_in){
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int n = 0;
+    for (double until = now_ms() + 10000; n == 0 && now_ms() < until;) {
+        fds[0] = stranger_connect(&root, 100);
+        if (fds[0] >= 0) n = 1;
+        else sleep_ms(5);
+    }
+    if (n && stop_pid > 0) kill(stop_pid, SIGSTOP);
+    for (; n > 0 && n < max; n++) {
+        fds[n] = stranger_connect(&root, 1000);
+        if (fds[n] < 0) break;
+    }
+    return n;
+}
+
+/* A root that was not running while its backlog filled (descheduled, or a large job starting
+ * at once): 64 silent strangers, then every rank, all queued before the root accepts any. The
+ * root holds 64 unauthenticated connections at most; the ranks, whose HELLOs are already
+ * there, must all join, and only strangers may be dropped. Rank 0 is a child process so that
+ * it can be stopped (SIGSTOP) while the others queue. */
+Test(strangers, ranks_queued_behind_a_full_table_of_silent_strangers_all_join, .timeout = 120)
+{
+    clear_env();
+    enum { N = 4, NSTRANGERS = 64, TIMEOUT_MS = 15000 };
+    const int port = free_port();
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the test process failed: do not outlive it */
+        init_arg a = {.n = N, .rank = 0, .timeout_ms = TIMEOUT_MS};
+        snprintf(a.root, sizeof a.root, "127.0.0.1:%d", port);
+        init_main(&a);
+        if (a.rc != RING_OK) {
+            fprintf(stderr, "rank 0: init: %s: %s\n", ring_result_name(a.rc), a.msg);
+            _exit(2);
+        }
+        check_arg c = {.comm = a.comm, .count = 1000, .salt = 7};
+        check_main(&c);
+        if (c.rc != RING_OK || c.bad) fprintf(stderr, "rank 0: allreduce: %s, %zu wrong\n", c.msg, c.bad);
+        ring_result_t d = ring_comm_destroy(a.comm);
+        _exit(c.rc == RING_OK && !c.bad && d == RING_OK ? 0 : 3);
+    }
+    int sfd[NSTRANGERS];
+    const int ns = silent_strangers(port, sfd, NSTRANGERS, pid); /* the root stops once it listens */
+    init_arg a[N];
+    for (int r = 1; r < N; r++) init_start(&a[r], N, r, port, TIMEOUT_MS, NULL);
+    sleep_ms(500); /* their connections and HELLOs are in the stopped root's backlog */
+    kill(pid, SIGCONT);
+    for (int r = 1; r < N; r++) pthread_join(a[r].t, NULL);
+    /* One checked allreduce with rank 0, then the ranks here leave before rank 0 is waited for. */
+    check_arg c[N];
+    int started[N] = {0};
+    for (int r = 1; r < N; r++) {
+        c[r] = (check_arg){.comm = a[r].comm, .count = 1000, .salt = 7, .rc = RING_ERR_INTERNAL};
+        if (a[r].rc == RING_OK) started[r] = pthread_create(&c[r].t, NULL, check_main, &c[r]) == 0;
+    }
+    for (int r = 1; r < N; r++)
+        if (started[r]) pthread_join(c[r].t, NULL);
+    ring_result_t d[N] = {RING_OK};
+    for (int r = 1; r < N; r++) d[r] = a[r].rc == RING_OK ? ring_comm_destroy(a[r].comm) : RING_OK;
+    int status = -1, done = 0;
+    for (double until = now_ms() + 30000; !done && now_ms() < until;) {
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        if (!done) sleep_ms(10);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    for (int i = 0; i < ns; i++) close(sfd[i]);
+    cr_assert_eq(ns, NSTRANGERS, "only %d of %d strangers could connect to the root", ns, NSTRANGERS);
+    for (int r = 1; r < N; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: init: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
+        cr_assert_eq(c[r].rc, RING_OK, "rank %d: allreduce: %s: %s", r, ring_result_name(c[r].rc), c[r].msg);
+        cr_assert_eq(c[r].bad, 0, "rank %d: %zu wrong elements", r, c[r].bad);
+        cr_assert_eq(d[r], RING_OK, "rank %d: destroy: %s", r, ring_result_name(d[r]));
+    }
+    cr_assert(done, "rank 0 (pid %d) did not finish within 30 s of the others", (int)pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 0 failed (wait status %#x; its stderr says why)",
+              status);
+}
+
+/* Rank 0 out of file descriptors while ranks and strangers connect: init must fail at once,
+ * saying why (errno's text and the open-file limit), not spin until RING_TIMEOUT_MS and then
+ * blame missing ranks. Rank 0 is a child process with a low RLIMIT_NOFILE; it reports its
+ * result code, time and message through a pipe. */
+Test(strangers, a_root_out_of_descriptors_fails_init_at_once_saying_so, .timeout = 120)
+{
+    clear_env();
+    enum { N = 4, NSTRANGERS = 48, TIMEOUT_MS = 20000 };
+    const int port = free_port();
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(pfd[0]);
+        /* Room for init's own descriptors, not for the strangers. */
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = (rlim_t)count_fds() + 24;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        init_arg a = {.n = N, .rank = 0, .timeout_ms = TIMEOUT_MS};
+        snprintf(a.root, sizeof a.root, "127.0.0.1:%d", port);
+        double t0 = now_ms();
+        init_main(&a);
+        char out[RING__ERRMSG_MAX + 64];
+        int len = snprintf(out, sizeof out, "%d %.0f %s", (int)a.rc, now_ms() - t0, a.msg);
+        if (write(pfd[1], out, (size_t)RING__MIN(len, (int)sizeof out - 1)) < 0) _exit(4);
+        if (a.rc == RING_OK) ring_comm_destroy(a.comm);
+        _exit(0);
+    }
+    close(pfd[1]);
+    int sfd[NSTRANGERS];
+    const int ns = silent_strangers(port, sfd, NSTRANGERS, 0);
+    init_arg a[N];
+    /* The ranks' own timeout is short: with rank 0 gone they can only time out. */
+    for (int r = 1; r < N; r++) init_start(&a[r], N, r, port, 3000, NULL);
+    char got[RING__ERRMSG_MAX + 64] = "";
+    size_t have = 0;
+    for (double until = now_ms() + 60000; now_ms() < until && have < sizeof got - 1;) {
+        struct pollfd pf = {.fd = pfd[0], .events = POLLIN};
+        if (poll(&pf, 1, 100) <= 0) continue;
+        ssize_t k = read(pfd[0], got + have, sizeof got - 1 - have);
+        if (k <= 0) break;
+        have += (size_t)k;
+    }
+    got[have] = '\0';
+    for (int r = 1; r < N; r++) pthread_join(a[r].t, NULL);
+    for (int r = 1; r < N; r++)
+        if (a[r].rc == RING_OK) ring_comm_destroy(a[r].comm);
+    for (int i = 0; i < ns; i++) close(sfd[i]);
+    close(pfd[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    int rc = -1;
+    double ms = -1;
+    int off = 0;
+    cr_assert(sscanf(got, "%d %lf %n", &rc, &ms, &off) == 2, "rank 0 reported nothing: \"%s\"", got);
+    cr_assert_eq(rc, RING_ERR_SYSTEM, "rank 0: %s: %s", ring_result_name((ring_result_t)rc), got + off);
+    cr_assert(strstr(got + off, "Too many open files") && strstr(got + off, "ulimit -n"),
+              "rank 0's message lacks errno's text or the hint: %s", got + off);
+    cr_assert_lt(ms, TIMEOUT_MS / 4, "rank 0 took %.0f ms to fail (timeout %d ms)", ms, TIMEOUT_MS);
+    for (int r = 1; r < N; r++) cr_assert_neq(a[r].rc, RING_OK, "rank %d joined a job whose root failed", r);
+    cr_log_info("rank 0 after %.0f ms: %s", ms, got + off);
 }
 
 /* ================================================================================================

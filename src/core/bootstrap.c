@@ -8,7 +8,8 @@
  *     host[64] | boot id[40] | pid | flags (bits 8-13: RING_NSOCKS and RING_TCP_DUPLEX; top
  *     byte: NUMA nodes of the host) | layout key (chunk size and pipeline depth) |
  *     kernel (hash of the real boot id) | first CPU and CPU count (u16 each) of the affinity.
- *  3. rank 0 accepts in a poll loop. Each connection has 10 s to deliver a whole HELLO; bad
+ *  3. rank 0 accepts in a poll loop and reads each connection as soon as it has accepted it
+ *     (a burst of ranks must not push each other out). Each has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
  *     duplicate rank gets a REJECT frame (24-byte header + 160-byte reason) and is closed. No
  *     stranger can stall or break the job: at most 64 unauthenticated connections are held,
@@ -256,21 +257,88 @@ typedef struct pend {
     unsigned char buf[RING__HELLO_LEN];
     size_t got;
     int64_t deadline;
+    uint64_t seq; /* accept order: the oldest goes first when the table is full */
     ring__sockaddr_t from;
 } pend;
 
-static void drop(pend *p, int *np, int i) { close(p[i].fd); p[i] = p[--*np]; }
+typedef struct gather {
+    ring_comm_t *comm;
+    ring__bootstrap_t *bs;
+    ring__peer_info_t *all;
+    pend *p;
+    int np, joined;
+    int64_t deadline;
+} gather;
+
+static void drop(gather *g, int i)
+{
+    close(g->p[i].fd);
+    g->p[i] = g->p[--g->np];
+}
+
+/* Reads what pending connection i has sent and settles it if it can: 1 if it left the table
+ * (joined, rejected or dropped), 0 if it stays for more bytes. */
+static int settle(gather *g, int i, int64_t now)
+{
+    ring_comm_t *comm = g->comm;
+    pend *c = &g->p[i];
+    int n = comm->nranks;
+    char b[80];
+    ssize_t got = recv(c->fd, c->buf + c->got, RING__HELLO_LEN - c->got, MSG_DONTWAIT);
+    if (got > 0) c->got += (size_t)got;
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) || (c->got < RING__HELLO_LEN && now > c->deadline)) {
+        RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: dropped connection from %s: %s",
+                 ring__addr_str(&c->from, b, sizeof b),
+                 got == 0 ? "closed before a complete HELLO" : "no complete HELLO in time");
+        drop(g, i);
+        return 1;
+    }
+    if (c->got < RING__HELLO_LEN) return 0;
+    uint32_t r = 0, nr = 0;
+    ring__peer_info_t info;
+    ring_result_t code;
+    char why[RING__REJECT_MSG_LEN];
+    const char *bad = ring__hello_parse(c->buf, comm->params.secret, &r, &nr, &info, &code);
+    if (bad) {
+        snprintf(why, sizeof why, "%s", bad);
+    } else if (nr != (uint32_t)n) {
+        code = RING_ERR_INVALID_ARG;
+        snprintf(why, sizeof why, "rank %u was started with nranks=%u but the root has nranks=%d", r, nr, n);
+    } else if (r == 0 || r >= (uint32_t)n) {
+        code = RING_ERR_INVALID_ARG;
+        snprintf(why, sizeof why, "rank %u is out of range for nranks=%d (or a second rank 0)", r, n);
+    } else if (g->bs->rank_fds[r] >= 0) {
+        code = RING_ERR_INVALID_ARG;
+        snprintf(why, sizeof why, "rank %u joined twice (duplicate RING_RANK?)", r);
+    } else {
+        why[0] = '\0';
+    }
+    if (why[0]) {
+        RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: rejected %s: %s", ring__addr_str(&c->from, b, sizeof b), why);
+        if (code != RING_ERR_PROTOCOL) send_reject(c->fd, code, why, g->deadline);
+        drop(g, i);
+        return 1;
+    }
+    g->all[r] = info;
+    g->bs->rank_fds[r] = c->fd;
+    g->joined++;
+    RING_LOG(RING_LOG_TRACE, RING_SUB_INIT, 0, "bootstrap: rank %u joined from %s (%d/%d)", r,
+             ring__addr_str(&c->from, b, sizeof b), g->joined, n);
+    g->p[i] = g->p[--g->np];
+    return 1;
+}
 
 static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int lfd, const ring__sockaddr_t *root,
                                  ring__peer_info_t *all, int64_t deadline)
 {
-    int n = comm->nranks, joined = 1;
-    pend *p = calloc(MAX_PENDING, sizeof *p);
-    if (!p) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
-    int np = 0;
-    char b[80], b2[80];
+    int n = comm->nranks;
+    gather g = {.comm = comm, .bs = bs, .all = all, .joined = 1, .deadline = deadline};
+    g.p = calloc(MAX_PENDING, sizeof *g.p);
+    if (!g.p) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
+    uint64_t accepted = 0;
+    char b[80];
     ring_result_t rc = RING_OK;
-    while (joined < n) {
+    while (g.joined < n) {
         if (atomic_load(&comm->aborted)) {
             rc = ring__seterr(comm, RING_ERR_ABORTED, "bootstrap: aborted");
             break;
@@ -283,84 +351,57 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int l
                 if (bs->rank_fds[r] < 0) o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", o ? ", " : "", r);
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
                               "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s",
-                              comm->params.timeout_ms, ring__addr_str(root, b, sizeof b), joined, n, missing,
+                              comm->params.timeout_ms, ring__addr_str(root, b, sizeof b), g.joined, n, missing,
                               o >= sizeof missing - 16 ? ", ..." : "");
             break;
         }
         struct pollfd fds[MAX_PENDING + 2];
         fds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         fds[1] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
-        for (int i = 0; i < np; i++) fds[i + 2] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+        for (int i = 0; i < g.np; i++) fds[i + 2] = (struct pollfd){.fd = g.p[i].fd, .events = POLLIN};
         int ms = (int)RING__MIN((deadline - now) / 1000000 + 1, 200);
-        if (poll(fds, (nfds_t)np + 2, ms) < 0 && errno != EINTR) {
+        if (poll(fds, (nfds_t)g.np + 2, ms) < 0 && errno != EINTR) {
             rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "bootstrap: poll");
             break;
         }
+        /* Each connection is read as soon as it is accepted: a rank sends its HELLO right after
+         * connecting, so ranks leave the table at once and only strangers and slow senders
+         * hold slots. Draining the backlog first would let a burst of ranks (a large job, or
+         * a root that was descheduled) push each other out. */
         for (;;) {
             ring__sockaddr_t from;
             from.len = sizeof from.ss;
             int fd = accept4(lfd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0) break;
-            if (np == MAX_PENDING) {
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+                /* Out of descriptors: nothing frees one before the job gives up, and a readable
+                 * listener would only spin until the deadline. */
+                rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno,
+                                        "bootstrap: rank 0 cannot accept rank connections (%d of %d ranks joined; it "
+                                        "holds one connection per rank during init: raise the open-file limit, "
+                                        "ulimit -n)",
+                                        g.joined, n);
+                goto out;
+            }
+            if (g.np == MAX_PENDING) {
+                int old = 0;
+                for (int i = 1; i < g.np; i++)
+                    if (g.p[i].seq < g.p[old].seq) old = i;
                 RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: too many unauthenticated connections, dropping %s",
-                         ring__addr_str(&p[0].from, b, sizeof b));
-                drop(p, &np, 0);
+                         ring__addr_str(&g.p[old].from, b, sizeof b));
+                drop(&g, old);
             }
-            p[np] = (pend){.fd = fd, .deadline = now + HELLO_TIMEOUT_NS, .from = from};
-            np++;
+            g.p[g.np] = (pend){.fd = fd, .deadline = now + HELLO_TIMEOUT_NS, .seq = accepted++, .from = from};
+            g.np++;
+            settle(&g, g.np - 1, now);
         }
-        for (int i = 0; i < np;) {
-            ssize_t got = recv(p[i].fd, p[i].buf + p[i].got, RING__HELLO_LEN - p[i].got, MSG_DONTWAIT);
-            if (got > 0) p[i].got += (size_t)got;
-            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) ||
-                (p[i].got < RING__HELLO_LEN && now > p[i].deadline)) {
-                RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: dropped connection from %s: %s",
-                         ring__addr_str(&p[i].from, b, sizeof b),
-                         got == 0 ? "closed before a complete HELLO" : "no complete HELLO in time");
-                drop(p, &np, i);
-                continue;
-            }
-            if (p[i].got < RING__HELLO_LEN) {
-                i++;
-                continue;
-            }
-            uint32_t r = 0, nr = 0;
-            ring__peer_info_t info;
-            ring_result_t code;
-            char why[RING__REJECT_MSG_LEN];
-            const char *bad = ring__hello_parse(p[i].buf, comm->params.secret, &r, &nr, &info, &code);
-            if (bad) {
-                snprintf(why, sizeof why, "%s", bad);
-            } else if (nr != (uint32_t)n) {
-                code = RING_ERR_INVALID_ARG;
-                snprintf(why, sizeof why, "rank %u was started with nranks=%u but the root has nranks=%d", r, nr, n);
-            } else if (r == 0 || r >= (uint32_t)n) {
-                code = RING_ERR_INVALID_ARG;
-                snprintf(why, sizeof why, "rank %u is out of range for nranks=%d (or a second rank 0)", r, n);
-            } else if (bs->rank_fds[r] >= 0) {
-                code = RING_ERR_INVALID_ARG;
-                snprintf(why, sizeof why, "rank %u joined twice (duplicate RING_RANK?)", r);
-            } else {
-                bad = NULL;
-                why[0] = '\0';
-            }
-            if (why[0]) {
-                RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: rejected %s: %s",
-                         ring__addr_str(&p[i].from, b2, sizeof b2), why);
-                if (code != RING_ERR_PROTOCOL) send_reject(p[i].fd, code, why, deadline);
-                drop(p, &np, i);
-                continue;
-            }
-            all[r] = info;
-            bs->rank_fds[r] = p[i].fd;
-            joined++;
-            RING_LOG(RING_LOG_TRACE, RING_SUB_INIT, 0, "bootstrap: rank %u joined from %s (%d/%d)", r,
-                     ring__addr_str(&p[i].from, b, sizeof b), joined, n);
-            p[i] = p[--np];
-        }
+        for (int i = 0; i < g.np;)
+            if (!settle(&g, i, now)) i++;
     }
-    for (int i = 0; i < np; i++) close(p[i].fd);
-    free(p);
+out:
+    for (int i = 0; i < g.np; i++) close(g.p[i].fd);
+    free(g.p);
     return rc;
 }
 
@@ -398,8 +439,8 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
     for (int r = 1; r < n; r++) {
         int e = ring__io_full(bs->rank_fds[r], table, tlen, 1, deadline, comm->wake_fd);
         if (e) {
-            rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : RING_ERR_PEER, -e,
-                                    "bootstrap: sending the rank table to rank %d", r);
+            rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_PEER,
+                                    -e, "bootstrap: sending the rank table to rank %d", r);
             goto fail;
         }
     }
@@ -490,8 +531,8 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
     }
     e = ring__io_full(fd, table, tlen, 0, deadline, comm->wake_fd);
     if (e) {
-        rc = ring__seterr_errno(comm, RING_ERR_PEER, -e, "bootstrap: reading the rank table from %s",
-                                ring__addr_str(root, b, sizeof b));
+        rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_PEER,
+                                -e, "bootstrap: reading the rank table from %s", ring__addr_str(root, b, sizeof b));
         goto fail;
     }
     for (int r = 0; r < n; r++) {

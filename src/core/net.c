@@ -226,7 +226,8 @@ int ring__connect_check(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     int n = poll(&p, 1, 0);
-    if (n == 0) return 0;
+    /* Not known to be writable yet (EINTR included): SO_ERROR would read 0 mid-connect. */
+    if (n <= 0) return 0;
     int err = 0;
     socklen_t l = sizeof err;
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0) return -errno;

@@ -154,6 +154,7 @@ typedef struct pending {
     unsigned char buf[HS_LEN];
     size_t got;
     int64_t deadline;
+    uint64_t seq; /* accept order: the oldest goes first when the table is full */
     ring__sockaddr_t from;
 } pending;
 
@@ -163,6 +164,7 @@ struct tcp_listen {
     ring__sockaddr_t addr;
     pending pend[MAX_PENDING];
     int npend;
+    uint64_t accepted;
     /* Authenticated sockets, by sender rank and socket index, held until accept() asks for
      * that rank: peers may connect in any order and before we expect them. */
     int (*fds)[RING__MAX_NSOCKS];
@@ -713,13 +715,69 @@ static void drop_pending(tcp_listen *l, int i, const char *why)
     l->pend[i] = l->pend[--l->npend];
 }
 
+/* Reads what pending connection i has sent and settles it if it can: 1 if it left the table
+ * (authenticated into l->fds, or dropped), 0 if it stays for more bytes, -1 with the error set
+ * if the job is misconfigured. */
+static int settle_pending(tcp_listen *l, int i, int64_t now, ring_result_t *rc)
+{
+    tcp_ctx *ctx = l->ctx;
+    ring_comm_t *comm = ctx->comm;
+    pending *p = &l->pend[i];
+    ssize_t n = recv(p->fd, p->buf + p->got, HS_LEN - p->got, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        drop_pending(l, i, "closed before completing the handshake");
+        return 1;
+    }
+    if (n > 0) p->got += (size_t)n;
+    if (p->got < HS_LEN) {
+        if (now > p->deadline) {
+            drop_pending(l, i, "handshake not completed in time");
+            return 1;
+        }
+        return 0;
+    }
+    uint32_t rank, idx;
+    /* The count the claimed sender must use with this rank (out of range: any, the rank
+     * check drops it). */
+    int ns = pair_nsocks(l->ctx, (int)RING__MIN(ring__get32(p->buf + 24), (uint32_t)INT32_MAX));
+    const char *why = ring__tcp_hs_check(p->buf, comm->params.secret, comm->job_nonce, ns, l->nranks, comm->rank,
+                                         &rank, &idx);
+    if (!why && l->fds[rank][idx] >= 0) why = "duplicate socket index";
+    if (why) {
+        drop_pending(l, i, why);
+        return 1;
+    }
+    /* Authenticated, so a member of this job: a disagreement on duplex is a configuration
+     * error of the job, said now instead of two ranks waiting for each other's socket. */
+    int duplex = (int)(ring__get32(p->buf + 4) >> HS_DUPLEX_SHIFT & 1);
+    if (duplex != pair_duplex(ctx, (int)rank)) {
+        /* A duplex sender waits for a word back: tell it why (best effort). */
+        unsigned char nak[ACK_LEN];
+        ring__put32(nak, NAK_MAGIC);
+        (void)send(p->fd, nak, ACK_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
+        *rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                           "tcp: rank %u connects %s, this rank expected %s: RING_TCP_DUPLEX differs between "
+                           "the two ranks (it must be equal on all ranks)",
+                           rank, duplex ? "one socket bundle for both directions" : "one bundle per direction",
+                           duplex ? "one per direction" : "one for both");
+        return -1;
+    }
+    l->fds[rank][idx] = p->fd;
+    l->have[rank]++;
+    l->pend[i] = l->pend[--l->npend];
+    return 1;
+}
+
 /* Accept what is waiting on the listener and read handshakes: authenticated sockets wait in
- * l->fds by sender rank and socket index until asked for. */
+ * l->fds by sender rank and socket index until asked for. Each connection is read as soon as
+ * it is accepted (a peer sends its handshake right after connecting), so only strangers and
+ * slow senders hold the pending table, and a burst of peers cannot push each other out. */
 static ring_result_t listen_pump(tcp_listen *l)
 {
     tcp_ctx *ctx = l->ctx;
     ring_comm_t *comm = ctx->comm;
     int64_t now = ring__now_ns();
+    ring_result_t rc = RING_OK;
     char b[80];
     for (;;) {
         ring__sockaddr_t from;
@@ -728,8 +786,12 @@ static ring_result_t listen_pump(tcp_listen *l)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) break;
-            return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "accept");
+            /* EMFILE and the like: the peer's connection would wait in the backlog until both
+             * ranks time out, with the listener readable all along. */
+            return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno,
+                                      "tcp: rank %d cannot accept a peer's connection (each peer takes up to "
+                                      "RING_NSOCKS descriptors: raise the open-file limit, ulimit -n)",
+                                      comm->rank);
         }
         /* auto: the socket came with the listener's algorithm for this host's connections. */
         if (ctx->cc_local && !ctx->cc_remote && !ring__addr_is_local(&from)) {
@@ -738,57 +800,24 @@ static ring_result_t listen_pump(tcp_listen *l)
                 RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "tcp: a connection from %s keeps %s: %s refused (%s)",
                          ring__addr_str(&from, b, sizeof b), ctx->cc_local, ctx->sys_cc, strerror(e));
         }
-        if (l->npend == MAX_PENDING) drop_pending(l, 0, "too many unauthenticated connections");
+        if (l->npend == MAX_PENDING) {
+            int old = 0;
+            for (int i = 1; i < l->npend; i++)
+                if (l->pend[i].seq < l->pend[old].seq) old = i;
+            drop_pending(l, old, "too many unauthenticated connections");
+        }
         pending *p = &l->pend[l->npend++];
         memset(p, 0, sizeof *p);
         p->fd = fd;
         p->from = from;
         p->deadline = now + HS_TIMEOUT_NS;
+        p->seq = l->accepted++;
+        if (settle_pending(l, l->npend - 1, now, &rc) < 0) return rc;
     }
     for (int i = 0; i < l->npend;) {
-        pending *p = &l->pend[i];
-        ssize_t n = recv(p->fd, p->buf + p->got, HS_LEN - p->got, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-            drop_pending(l, i, "closed before completing the handshake");
-            continue;
-        }
-        if (n > 0) p->got += (size_t)n;
-        if (p->got < HS_LEN) {
-            if (now > p->deadline) {
-                drop_pending(l, i, "handshake not completed in time");
-                continue;
-            }
-            i++;
-            continue;
-        }
-        uint32_t rank, idx;
-        /* The count the claimed sender must use with this rank (out of range: any, the rank
-         * check drops it). */
-        int ns = pair_nsocks(l->ctx, (int)RING__MIN(ring__get32(p->buf + 24), (uint32_t)INT32_MAX));
-        const char *why = ring__tcp_hs_check(p->buf, comm->params.secret, comm->job_nonce, ns, l->nranks, comm->rank,
-                                             &rank, &idx);
-        if (!why && l->fds[rank][idx] >= 0) why = "duplicate socket index";
-        if (why) {
-            drop_pending(l, i, why);
-            continue;
-        }
-        /* Authenticated, so a member of this job: a disagreement on duplex is a configuration
-         * error of the job, said now instead of two ranks waiting for each other's socket. */
-        int duplex = (int)(ring__get32(p->buf + 4) >> HS_DUPLEX_SHIFT & 1);
-        if (duplex != pair_duplex(ctx, (int)rank)) {
-            /* A duplex sender waits for a word back: tell it why (best effort). */
-            unsigned char nak[ACK_LEN];
-            ring__put32(nak, NAK_MAGIC);
-            (void)send(p->fd, nak, ACK_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
-            return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                                "tcp: rank %u connects %s, this rank expected %s: RING_TCP_DUPLEX differs between "
-                                "the two ranks (it must be equal on all ranks)",
-                                rank, duplex ? "one socket bundle for both directions" : "one bundle per direction",
-                                duplex ? "one per direction" : "one for both");
-        }
-        l->fds[rank][idx] = p->fd;
-        l->have[rank]++;
-        l->pend[i] = l->pend[--l->npend];
+        int r = settle_pending(l, i, now, &rc);
+        if (r < 0) return rc;
+        if (r == 0) i++;
     }
     return RING_OK;
 }
