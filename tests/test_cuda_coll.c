@@ -2,7 +2,7 @@
  * The device-buffer collectives across processes (src/cuda/coll.c, docs/cuda.md), one process
  * per rank under ringrun:
  *
- *   ringrun -n N cuda_coll_check [--emulate] [--mixed] [--quick]
+ *   ringrun -n N cuda_coll_check [--emulate] [--mixed | --mixed-odd] [--quick]
  *
  * --emulate  no GPU needed (CI): the GPU is emulated on the CPU (ring__cuda_set_emulation:
  *            copies and kernels complete later than they are queued, in stream order) and
@@ -11,6 +11,9 @@
  *            transports. Without it: cudaMalloc buffers on device rank % device count.
  * --mixed    odd ranks pass host buffers, even ranks device buffers: both paths in one call
  *            (they share the wire protocol).
+ * --mixed-odd  the other way round: even ranks (rank 0 among them) host, odd ranks device.
+ *            With 3 or more ranks on one host, rank 0 and rank 2 then both choose the
+ *            shared-memory all-reduce and must both find rank 1's device record.
  * --quick    fewer cases (for compute-sanitizer).
  * --expect-ipc  with RING_CUDA_IPC=1: fail unless every rank sent and received its ring
  *            messages over CUDA IPC links (src/cuda/ipc.c), not staged through host memory.
@@ -199,6 +202,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
+        else if (!strcmp(argv[i], "--mixed-odd")) mixed = 2;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--expect-ipc")) expect_ipc = 1;
         else if (!strcmp(argv[i], "--ipc-mixed")) ipc_mixed = 1;
@@ -213,9 +217,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
         else {
             fprintf(stderr,
-                    "usage: %s [--emulate] [--mixed] [--quick] [--expect-ipc] [--ipc-mixed] [--expect-gdr | --expect-no-gdr]\n"
-                    "       [--expect-direct | --expect-no-direct] [--expect-work one|each] [--work-split] [--direct-dies]\n"
-                    "       [--direct-mismatch]\n",
+                    "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
+                    "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
+                    "       [--work-split] [--direct-dies] [--direct-mismatch]\n",
                     argv[0]);
             return 2;
         }
@@ -260,7 +264,9 @@ int main(int argc, char **argv)
         }
     }
     if (!arena) return 1;
-    const int use_device = !mixed || rank % 2 == 0;
+    /* mixed 1: even ranks device; 2: odd ranks device. */
+    const int dev_parity = mixed == 2 ? 1 : 0;
+    const int use_device = !mixed || rank % 2 == dev_parity;
     if (direct_dies || direct_mismatch) {
         /* One direct all-reduce first, so that the failure hits a communicator that works. */
         const size_t count = 1 << 16;
@@ -376,7 +382,7 @@ int main(int argc, char **argv)
          * its left neighbour has device buffers too; a rank with host buffers never does. */
         uint64_t tx = 0, rx = 0;
         ring__cuda_gdr_counts(comm, &tx, &rx);
-        const int left_dev = !mixed || ((rank + n - 1) % n) % 2 == 0;
+        const int left_dev = !mixed || ((rank + n - 1) % n) % 2 == dev_parity;
         printf("rank %d: %llu messages sent and %llu received by GPUDirect RDMA\n", rank, (unsigned long long)tx,
                (unsigned long long)rx);
         int want_tx = expect_gdr && use_device, want_rx = want_tx && left_dev;

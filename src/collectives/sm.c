@@ -31,8 +31,9 @@
  * Agreement: every rank writes a record for every collective it runs (what the call is and
  * how it runs it: this algorithm, another one, or device buffers). Before its first round a
  * rank on this path reads everyone's record of the call: all on this path and the same call,
- * go on; a rank with device buffers sends every host rank to the ring (they all see the same
- * records, so they all go); anything else is a mismatch, reported naming the rank.
+ * go on; a rank with device buffers for the same call sends every host rank to the ring (they
+ * all read every record while they wait, so they all go); anything else is a mismatch,
+ * reported naming the rank.
  *
  * Waiting: the page has no file descriptor to poll, so a waiting rank yields for 2 ms, then
  * naps 20 us between looks, and 1 ms after 100 ms. A dead rank is reported by the watcher
@@ -209,13 +210,16 @@ static void call_str(char *out, size_t len, uint32_t coll, uint64_t count, uint3
 /* The first round's check of rank p's record: RING_OK to go on, *ring = 1 to take the ring. */
 static ring_result_t check_rec(ring_comm_t *comm, const ring__opdesc_t *op, int p, const rec_t *theirs, int *ring)
 {
-    if (theirs->kind == KIND_DEVICE) {
+    ring__callrec_t mine;
+    ring__callrec_set(&mine, op);
+    const int same = ring__callrec_same(&mine, &theirs->c);
+    /* The same all-reduce on device buffers: the host ranks meet it in the ring. A different
+     * call is a mismatch whatever the buffers (a barrier has no ring to take). */
+    if (theirs->kind == KIND_DEVICE && same) {
         *ring = 1;
         return RING_OK;
     }
-    ring__callrec_t mine;
-    ring__callrec_set(&mine, op);
-    if (theirs->kind == KIND_SM && ring__callrec_same(&mine, &theirs->c)) return RING_OK;
+    if (theirs->kind == KIND_SM && same) return RING_OK;
     char who[160], a[128], b[128];
     ring__peer_desc(comm, p, who, sizeof who);
     call_str(a, sizeof a, (uint32_t)op->coll, op->count, (uint32_t)op->dtype, (uint32_t)op->op);
@@ -241,25 +245,27 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
     int relooked = 0;
     atomic_store_explicit(&m->row[comm->rank].progress, target, memory_order_release);
     while (p < n) {
-        rec_t r;
-        if (p >= checked) {
-            int got = rec_read(m, p, op->seq, &r);
+        /* Records are read ahead of the progress counters: a rank that found a device record
+         * takes the ring and puts its counter back, so a rank still waiting for that counter
+         * would wait out the timeout unless it reads the record too. */
+        while (checked < n) {
+            rec_t r;
+            int got = rec_read(m, checked, op->seq, &r);
             if (got < 0) {
                 char who[160];
-                ring__peer_desc(comm, p, who, sizeof who);
+                ring__peer_desc(comm, checked, who, sizeof who);
                 rc = ring__seterr(comm, RING_ERR_MISMATCH,
                                   "collective mismatch: %s is %d or more calls past #%llu %s, which this rank (%d) "
                                   "runs by the shared-memory all-reduce and it did not",
                                   who, HIST, (unsigned long long)op->seq, ring__coll_name(op->coll), comm->rank);
                 goto fail;
             }
-            if (got > 0) {
-                RING_CHECK(check_rec(comm, op, p, &r, ring));
-                if (*ring) goto fail;
-                checked = p + 1;
-                relooked = 0;
-                ring__idle_progress(&waited);
-            }
+            if (got == 0) break;
+            RING_CHECK(check_rec(comm, op, checked, &r, ring));
+            if (*ring) goto fail;
+            checked++;
+            relooked = 0;
+            ring__idle_progress(&waited);
         }
         if (p < checked && atomic_load_explicit(&m->row[p].progress, memory_order_acquire) >= target) {
             p++;
