@@ -129,11 +129,19 @@ Test(rdma_credit, immediate_maps_into_the_window_only)
     cr_assert_eq(s, 13);
     cr_assert_eq(ring__rdma_slot_of_imm(10, 4, 14, &s), -1, "one past the window");
     cr_assert_eq(ring__rdma_slot_of_imm(10, 4, 9, &s), -1, "a slot already freed");
-    /* The low half wraps: freed = 2^32 - 1, imm 1 is slot 2^32 + 1. */
-    uint64_t f = (1ull << 32) - 1;
+    /* Only 31 bits travel (the sender masks them), so the window wraps at 2^31: freed = 2^31 - 1,
+     * imm 1 is slot 2^31 + 1, and at freed = 2^31 the next write's imm is 0. */
+    uint64_t f = (1ull << 31) - 1;
     cr_assert_eq(ring__rdma_slot_of_imm(f, 4, 1, &s), 0);
-    cr_assert_eq(s, (1ull << 32) + 1);
+    cr_assert_eq(s, (1ull << 31) + 1);
     cr_assert_eq(ring__rdma_slot_of_imm(f, 4, 3, &s), -1);
+    cr_assert_eq(ring__rdma_slot_of_imm(1ull << 31, 4, 0, &s), 0);
+    cr_assert_eq(s, 1ull << 31);
+    /* ... and again at every multiple of 2^31, here 3 * 2^31 + 5, where imm is 5 + 2^31 - 2^31. */
+    f = 3 * (1ull << 31) + 5;
+    cr_assert_eq(ring__rdma_slot_of_imm(f, 4, (uint32_t)(f + 2) & RING__RDMA_IMM_MASK, &s), 0);
+    cr_assert_eq(s, f + 2);
+    cr_assert_eq(ring__rdma_slot_of_imm(f, 4, (uint32_t)(f - 1) & RING__RDMA_IMM_MASK, &s), -1, "freed already");
 }
 
 Test(rdma_credit, release_returns_credits_in_order)
@@ -163,7 +171,9 @@ Test(rdma_credit, window_and_release_agree_over_many_rounds)
      * release orders and check that every slot written lands in a free one. */
     enum { N = 8 };
     uint8_t done[N] = {0}, busy[N] = {0};
-    uint64_t next = 0, freed = 0, handed = 0, credit = 0;
+    /* Started below 2^31 so that the counters cross the immediate's wrap. */
+    const uint64_t start = (1ull << 31) - 5000;
+    uint64_t next = start, freed = start, handed = start, credit = start;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (int round = 0; round < 100000; round++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -171,7 +181,8 @@ Test(rdma_credit, window_and_release_agree_over_many_rounds)
             cr_assert_not(busy[next % N], "slot %llu overwritten before it was freed", (unsigned long long)next);
             busy[next % N] = 1;
             uint64_t s;
-            cr_assert_eq(ring__rdma_slot_of_imm(freed, N, (uint32_t)next, &s), 0);
+            /* As rdma.c sends it: the low 31 bits. */
+            cr_assert_eq(ring__rdma_slot_of_imm(freed, N, (uint32_t)next & RING__RDMA_IMM_MASK, &s), 0);
             cr_assert_eq(s, next);
             next++;
         } else if (handed < next) {
@@ -192,5 +203,5 @@ Test(rdma_credit, window_and_release_agree_over_many_rounds)
             }
         }
     }
-    cr_assert_gt(next, 1000u);
+    cr_assert_gt(freed, 1ull << 31, "the run must cross the wrap (freed %llu)", (unsigned long long)freed);
 }

@@ -90,8 +90,7 @@
 #define WANT_INLINE 256
 
 enum { K_DATA = 1, K_CREDIT = 2, K_RECV = 3, K_READ = 4 };
-/* Immediates carry the low 31 bits of a slot counter (data) or of the freed count (credit). */
-#define IMM_MASK 0x7fffffffu
+#define IMM_MASK RING__RDMA_IMM_MASK
 #define HDR_READ 1u /* slot header flag: the piece is not here, read it from (address, rkey) */
 #define DIRECT_MIN (32 * (size_t)1024) /* below this a copy costs less than the extra round trip */
 #define RD_ATOMIC 4 /* RDMA READs in flight per queue pair */
@@ -288,16 +287,28 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
         snprintf(why, len, "GID index %d (RING_IB_GID_INDEX)", ctx->gid_index);
         return RING_OK;
     }
-    struct ibv_gid_entry *e = calloc(MAX_GIDS, sizeof *e);
-    ring__gid_ent_t *t = calloc(MAX_GIDS, sizeof *t);
+    /* The table holds every port's entries, and the kernel refuses (EINVAL) an array too
+     * small for all of them: a RoCE NIC with many addresses or VLANs has hundreds. */
+    struct ibv_gid_entry *e = NULL;
+    ring__gid_ent_t *t = NULL;
+    ssize_t got = -EINVAL;
     int n = 0;
-    if (!e || !t) {
+    for (size_t cap = MAX_GIDS; got == -EINVAL && cap <= 64 * MAX_GIDS; cap *= 4) {
         free(e);
         free(t);
-        snprintf(why, len, "out of memory");
-        return RING_ERR_NOMEM;
+        e = calloc(cap, sizeof *e);
+        t = calloc(cap, sizeof *t);
+        if (!e || !t) {
+            free(e);
+            free(t);
+            snprintf(why, len, "out of memory");
+            return RING_ERR_NOMEM;
+        }
+        got = ibv_query_gid_table(ctx->dev, e, cap, 0);
     }
-    ssize_t got = ibv_query_gid_table(ctx->dev, e, MAX_GIDS, 0);
+    if (got < 0)
+        RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank, "rdma: %s: ibv_query_gid_table: %s", ctx->dev_name,
+                 strerror((int)-got));
     for (ssize_t i = 0; i < got; i++) {
         if ((int)e[i].port_num != ctx->port) continue;
         memcpy(t[n].gid, e[i].gid.raw, 16);
@@ -1280,8 +1291,11 @@ static void drain_async(rdma_ctx *ctx)
             if (c) conn_fail(c, RING_ERR_PEER, "queue pair error: %s", ibv_event_type_str(ev.event_type));
             break;
         }
-        case IBV_EVENT_CQ_ERR:
         case IBV_EVENT_PORT_ERR:
+            /* The device's other ports are not this communicator's business. */
+            if ((int)ev.element.port_num != ctx->port) break;
+            /* fall through */
+        case IBV_EVENT_CQ_ERR:
         case IBV_EVENT_DEVICE_FATAL:
             if (!ctx->dead) {
                 ctx->dead = RING_ERR_SYSTEM;

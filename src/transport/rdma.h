@@ -65,8 +65,12 @@ static inline int ring__rdma_can_post(uint64_t next, uint64_t freed, uint32_t ns
     return next - freed < nslots;
 }
 
+/* Immediates carry the low 31 bits of a slot counter (data) or of the freed count (credit). */
+#define RING__RDMA_IMM_MASK 0x7fffffffu
+
 /*
- * Receiver: the immediate value of an RDMA WRITE names the slot counter's low 32 bits. Writes
+ * Receiver: the immediate value of an RDMA WRITE names the slot counter's low 31 bits
+ * (RING__RDMA_IMM_MASK: data writes and credits carry the same width). Writes
  * on several queue pairs may arrive out of order, but all of them land in the window
  * [freed, freed + nslots). 0 and *slot = the full counter if imm is in it, -1 if not (a
  * corrupt or foreign write).

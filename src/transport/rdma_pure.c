@@ -62,7 +62,8 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
 
 int ring__rdma_slot_of_imm(uint64_t freed, uint32_t nslots, uint32_t imm, uint64_t *slot)
 {
-    uint32_t d = imm - (uint32_t)freed; /* wraps like the counter's low half */
+    /* Only the counter's low 31 bits travel: the difference wraps at 2^31, not 2^32. */
+    uint32_t d = (imm - (uint32_t)freed) & RING__RDMA_IMM_MASK;
     if (d >= nslots) return -1;
     *slot = freed + d;
     return 0;
