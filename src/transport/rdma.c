@@ -138,7 +138,7 @@ typedef struct rdma_conn {
     uint64_t freed;  /* both: slots freed by the receiver (the sender's view: the last credit) */
     uint8_t *flag;   /* sender: staging slot still being read by the HCA; receiver: slot arrived */
     uint8_t *done_at; /* receiver: released, waiting for the slots before it */
-    int credit_due;  /* receiver: freed moved on and no credit write could be posted yet */
+    uint64_t n_credit_waits; /* receiver: credits that waited for a send queue entry */
     rdma_req **by_slot; /* sender: the message a read-from-my-buffer slot stands for */
     uint8_t *rstate;    /* receiver: 1 while the slot's piece is being read, 2 once read */
     uint64_t n_direct, n_slots; /* messages moved each way, for the log at close */
@@ -473,6 +473,10 @@ static int make_verbs(rdma_ctx *ctx, rdma_conn *c, uint32_t nslots, size_t slot_
      * they are sized for the largest one. */
     uint32_t cap = c->is_send ? MAX_SLOTS : nslots;
     c->sq_max = (int)cap + 8;
+    /* Tests: a receiver's send queue this short fills up with a collective's credits and reads
+     * (the path in send_credit that hardware seldom takes). */
+    const char *tsq = getenv("RING_TEST_IB_RECV_SQ");
+    if (!c->is_send && tsq && atoi(tsq) > 0 && atoi(tsq) < c->sq_max) c->sq_max = atoi(tsq);
     int rq = 2 * (int)cap + 8;
     c->flag = calloc(nslots, 1);
     c->done_at = calloc(nslots, 1);
@@ -1015,14 +1019,28 @@ static const char *status_hint(enum ibv_wc_status s)
     }
 }
 
-/* Receiver: freed moved on; tell the sender. One credit write in flight per free send queue
- * entry; the count only grows, so a write that could not be posted now is folded into the
- * next one. */
+static ring_result_t poll_cq(rdma_conn *c, int *moved);
+
+/* Receiver: freed moved on; tell the sender. The count only grows, so each write carries
+ * every slot freed before it. With the send queue full (credit writes and reads not yet
+ * acknowledged) it waits for an entry instead of leaving the credit for later: later is this
+ * connection's next poll, which after a collective's last message may come only with the next
+ * collective, while a sender whose message is read from its buffer cannot finish this one
+ * before the credit. The entries come free without the peer's process (its adapter answers),
+ * so the wait is short; it is bounded by RING_TIMEOUT_MS all the same. */
 static ring_result_t send_credit(rdma_conn *c)
 {
     if (c->sq_out[0] >= c->sq_max) {
-        c->credit_due = 1;
-        return RING_OK;
+        const int64_t deadline = ring__now_ns() + (int64_t)c->ctx->comm->params.timeout_ms * 1000000;
+        c->n_credit_waits++;
+        while (c->sq_out[0] >= c->sq_max) {
+            int moved = 0;
+            ring_result_t rc = poll_cq(c, &moved);
+            if (rc != RING_OK) return rc;
+            if (!moved && ring__now_ns() > deadline)
+                return conn_fail(c, RING_ERR_TIMEOUT, "no send queue entry came free for a credit in %d ms (RING_TIMEOUT_MS)",
+                                 c->ctx->comm->params.timeout_ms);
+        }
     }
     c->cred[1] = c->freed; /* the source word; the sender reads the count from the immediate */
     struct ibv_sge sg = {.addr = (uint64_t)(uintptr_t)&c->cred[1], .length = 8, .lkey = c->cred_mr->lkey};
@@ -1038,7 +1056,6 @@ static ring_result_t send_credit(rdma_conn *c)
     int e = ibv_post_send(c->qp[0], &wr, &bad);
     if (e) return conn_fail(c, RING_ERR_SYSTEM, "ibv_post_send (credit): %s", strerror(e));
     c->sq_out[0]++;
-    c->credit_due = 0;
     return RING_OK;
 }
 
@@ -1116,7 +1133,6 @@ static ring_result_t poll_cq(rdma_conn *c, int *moved)
         }
         if (n < 16) break;
     }
-    if (!c->is_send && c->credit_due) return send_credit(c);
     return RING_OK;
 }
 
@@ -1440,6 +1456,18 @@ static void rdma_close(void *vc)
         RING_LOG(RING_LOG_INFO, RING_SUB_NET, c->ctx->comm->rank,
                  "rdma: from rank %d: %llu message(s) read straight into registered buffers", c->peer,
                  (unsigned long long)c->n_direct);
+    if (!c->is_send && c->n_credit_waits)
+        RING_LOG(RING_LOG_INFO, RING_SUB_NET, c->ctx->comm->rank,
+                 "rdma: from rank %d: %llu credit(s) waited for a send queue entry", c->peer,
+                 (unsigned long long)c->n_credit_waits);
+    /* The last credit may still be on its way, and a sender's message read from its buffer is
+     * not done before that credit arrives: destroying the queue pair now would drop it, and
+     * the sender would report a collective that succeeded as a peer gone. */
+    for (int64_t until = ring__now_ns() + 1000000000LL; !c->is_send && !c->failed && c->sq_out[0] > 0;) {
+        int moved = 0;
+        if (poll_cq(c, &moved) != RING_OK || ring__now_ns() > until) break;
+        if (!moved) ring__nap_ns(20000);
+    }
     if (c->armed) {
         struct ibv_cq *cq;
         void *cctx;

@@ -23,7 +23,10 @@
 #      buffers that verbs read in place, and RING_IB_GID_INDEX naming an unused GID entry.
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
 #      report the RING_IB_TIMEOUT and RING_IB_RETRY_CNT given.
-#   6. gdr: device buffers over verbs on the emulated GPU (cuda_coll_check --emulate): with
+#   6. credits: a receiver send queue of 1 entry (RING_TEST_IB_RECV_SQ=1), so that credit
+#      writes wait for one another and for the reads of registered buffers; results checked,
+#      and the waits must show in the log.
+#   7. gdr: device buffers over verbs on the emulated GPU (cuda_coll_check --emulate): with
 #      GPUDirect RDMA (src/cuda/gdr.c; the emulated GPU's memory registered with ibv_reg_mr),
 #      mixed with host-buffer ranks, and staged (RING_IB_GDR=0); every result checked.
 # A raw-verbs ping-pong over rxe0 runs first, so that a broken bed is not mistaken for a
@@ -42,7 +45,7 @@
 #                         e.g. "matrix_n1 float_random_*"                          (none)
 #   RING_VM_STAGE_TIMEOUT seconds per stage before it is killed and fails         (600)
 #   RING_VM_STAGES        only these stages, e.g. "faults handshake" (smoke collectives
-#                         faults handshake mixed qps gdr)                            (all)
+#                         faults handshake mixed qps credits gdr)                    (all)
 #   RING_TEST_SEED        perturbs every seed (as for meson test)
 # Exit status: 0 every stage passed, 1 a stage failed, 2 usage or a missing build.
 set -euo pipefail
@@ -275,6 +278,29 @@ multi_qp() {
 if [ "$transport" = rdma ] && want qps; then
   stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3, RING_IB_TIMEOUT=16, RING_IB_RETRY_CNT=5), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
     multi_qp
+fi
+
+# A full send queue at the receiver (src/transport/rdma.c send_credit): hardware seldom fills
+# it, so a test knob shortens it to one entry. Every credit then waits for the previous one
+# (or a read) to be acknowledged, and it must still go out before the receive that freed the
+# slot is done: a credit left for later stalled a sender whose message was read from its
+# registered buffer until the receiver's next call.
+# shellcheck disable=SC2317  # called through stage
+credits() {
+  local n
+  for n in 2 3; do
+    RING_TRANSPORT=rdma RING_TEST_IB_RECV_SQ=1 RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/cr$n.%p \
+      timeout 300 "$build/tools/ringrun" -n $n "$build/perf/ring_perf" -R 1 -b 4 -e 1536K -f 8 -n 3 -w 1 -c 1 --no-probe \
+      > "$tmp/cr$n-perf.log" 2>&1 || { tail -n 40 "$tmp/cr$n-perf.log"; return 1; }
+    grep -h "Out of bounds" "$tmp/cr$n-perf.log"
+    grep -h "credit(s) waited" "$tmp"/cr$n.* | sed 's/^.*NET //' | head -n 2
+    grep -q "[1-9][0-9]* credit(s) waited" "$tmp"/cr$n.* ||
+      { echo "suite: N = $n: no credit waited for a send queue entry (RING_TEST_IB_RECV_SQ=1 had no effect?)"; return 1; }
+  done
+}
+if [ "$transport" = rdma ] && want credits; then
+  stage "credits through a 1-entry receiver send queue (RING_TEST_IB_RECV_SQ=1), N = 2, 3, registered buffers, checked 4 B - 1.5 MiB" \
+    "$stage_timeout" credits
 fi
 
 # Device buffers over verbs (src/cuda/gdr.c). The GPU is emulated (cuda_coll_check --emulate):
