@@ -32,6 +32,13 @@
  *            all-reduce: the others must return an error within 10 s, none may hang.
  * --direct-mismatch  rank 0 passes one element more than the others to a device all-reduce:
  *            every rank must return an error within 10 s.
+ * --stalled-receiver  3 or more ranks, staged ring, run with RING_TIMEOUT_MS of a few seconds
+ *            and small socket buffers: the last rank is stopped (SIGSTOP, for 15 s) in the
+ *            middle of back-to-back device reduce-scatters, so its left neighbour can sit with
+ *            reduced chunks it cannot forward while its sends back up. Every rank between 1
+ *            and the stopped one must return an error within 10 s, on its own clock: rank 0
+ *            is given RING_TIMEOUT_MS=60000, so that its timeout cannot rescue the others.
+ *            Ranks 0 and the stopped one must return an error too.
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
  * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
@@ -43,7 +50,9 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +207,7 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
 int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
-        direct_mismatch = 0, expect_one = -1, work_split = 0;
+        direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -213,13 +222,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--direct-dies")) direct_dies = 1;
         else if (!strcmp(argv[i], "--direct-mismatch")) direct_mismatch = 1;
         else if (!strcmp(argv[i], "--work-split")) work_split = 1;
+        else if (!strcmp(argv[i], "--stalled-receiver")) stalled = 1;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
         else {
             fprintf(stderr,
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
-                    "       [--work-split] [--direct-dies] [--direct-mismatch]\n",
+                    "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver]\n",
                     argv[0]);
             return 2;
         }
@@ -242,6 +252,11 @@ int main(int argc, char **argv)
     } else if (!ring__cuda_usable(why, sizeof why)) {
         printf("SKIP: no usable GPU: %s\n", why);
         return 77;
+    }
+    if (stalled) {
+        /* Only the stopped rank's left neighbour keeps the short timeout. */
+        const char *r = getenv("RING_RANK"), *s = getenv("RING_NRANKS");
+        if (r && s && atoi(r) != atoi(s) - 2) setenv("RING_TIMEOUT_MS", "60000", 1);
     }
     if (work_split) {
         const char *r = getenv("RING_RANK");
@@ -292,6 +307,45 @@ int main(int argc, char **argv)
         printf("rank %d: %s after %.2f s: %s: %s\n", rank, ok ? "PASS" : "FAIL", s, ring_result_name(rc),
                ring_comm_last_error(comm));
         ring_comm_destroy(comm);
+        return ok ? 0 : 1;
+    }
+    if (stalled) {
+        /* Back-to-back reduce-scatters; a helper process stops the last rank (SIGSTOP) in the
+         * middle of one, 0.4 s in, and lets it go on 15 s later. */
+        const size_t seg = (size_t)1 << 18, count = seg * (size_t)n;
+        if (n < 3 || count * sizeof(float) + seg * sizeof(float) > ARENA_BYTES) {
+            fprintf(stderr, "--stalled-receiver needs 3 to 63 ranks\n");
+            return 2;
+        }
+        if (rank == n - 1) {
+            pid_t me = getpid(), pid = fork();
+            if (pid == 0) {
+                struct timespec a = {0, 400000000}, b = {15, 0};
+                nanosleep(&a, NULL);
+                kill(me, SIGSTOP);
+                nanosleep(&b, NULL);
+                kill(me, SIGCONT);
+                _exit(0);
+            }
+        }
+        struct timespec t0, t1;
+        long calls = 0;
+        do {
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            rc = ring_reduce_scatter(comm, arena, arena + count * sizeof(float), seg, RING_FLOAT32, RING_SUM);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+        } while (rc == RING_OK && ++calls < 1000000);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        /* Calls went through before the stop, or the setup is wrong. */
+        /* The left neighbour's error names the stopped rank, whose receive it waited for. */
+        char stopped[32];
+        snprintf(stopped, sizeof stopped, "rank %d (", n - 1);
+        int ok = rc != RING_OK && calls > 0 &&
+                 (rank != n - 2 || (rc == RING_ERR_TIMEOUT && s < 10 && strstr(ring_comm_last_error(comm), stopped)));
+        printf("rank %d: %s after %ld calls, the last %.2f s: %s: %s\n", rank, ok ? "PASS" : "FAIL", calls, s,
+               ring_result_name(rc), ring_comm_last_error(comm));
+        ring_comm_destroy(comm);
+        if (rank == n - 1) wait(NULL);
         return ok ? 0 : 1;
     }
     if (ipc_mixed) {

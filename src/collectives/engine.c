@@ -183,8 +183,8 @@ ring_result_t ring__scratch_ensure(ring_comm_t *comm, size_t bytes)
     return RING_OK;
 }
 
-static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, const char *what, size_t ns, size_t nr,
-                                   int got_desc)
+static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, const char *what, size_t ns,
+                                   size_t ns_posted, size_t nr, int got_desc)
 {
     ring_comm_t *comm = s->comm;
     const char *name = ring__coll_name(s->op->coll);
@@ -192,6 +192,12 @@ static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, c
     if (!got_desc)
         return ring__seterr(comm, code, "%s #%llu %s while waiting for %s to enter the collective", name, seq, what,
                             comm->peer_desc[0]);
+    /* A send the right neighbour has not taken is named too: a right neighbour that stopped
+     * receiving stalls this rank's receives as well (their slots wait on the sends), and
+     * naming only the left one would point at the wrong rank. */
+    if (nr < s->nrecv && ns_posted > ns)
+        return ring__seterr(comm, code, "%s #%llu %s while waiting for message %zu of %zu from %s and for %s to take message %zu of %zu",
+                            name, seq, what, nr + 1, s->nrecv, comm->peer_desc[0], comm->peer_desc[1], ns + 1, s->nsend);
     if (nr < s->nrecv)
         return ring__seterr(comm, code, "%s #%llu %s while waiting for message %zu of %zu from %s", name, seq, what,
                             nr + 1, s->nrecv, comm->peer_desc[0]);
@@ -199,7 +205,8 @@ static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, c
                         s->nsend, comm->peer_desc[1]);
 }
 
-ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t ns_done, size_t nr_done, int got_desc)
+ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t ns_done, size_t ns_posted, size_t nr_done,
+                                int got_desc)
 {
     ring_comm_t *comm = s->comm;
     void *conns[2] = {comm->send_right, comm->recv_left};
@@ -207,12 +214,12 @@ ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t 
     ring_result_t rc = ring__wait_idle(comm, conns, 2, idle_ns, &stop);
     if (rc != RING_OK) return rc;
     if (stop == RING__WAIT_ABORTED)
-        return waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, nr_done, got_desc);
+        return waiting_error(s, RING_ERR_ABORTED, "aborted by ring_comm_abort", ns_done, ns_posted, nr_done, got_desc);
     if (stop == RING__WAIT_REMOTE) return ring__remote_result(comm, ring__coll_name(s->op->coll));
     if (stop == RING__WAIT_TIMEOUT) {
         char what[96];
         snprintf(what, sizeof what, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-        return waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, nr_done, got_desc);
+        return waiting_error(s, RING_ERR_TIMEOUT, what, ns_done, ns_posted, nr_done, got_desc);
     }
     return RING_OK;
 }
@@ -420,7 +427,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
             ring__idle_progress(&idle);
             continue;
         }
-        RING_CHECK(ring__engine_idle(s, ring__idle_ns(&idle), ns_done, nr_done, got_desc));
+        RING_CHECK(ring__engine_idle(s, ring__idle_ns(&idle), ns_done, ns_posted, nr_done, got_desc));
     }
 
 fail:

@@ -124,8 +124,10 @@ ring_result_t ring__ring_run(ring_comm_t *comm, const ring__opdesc_t *op);
 /* A ring engine with nothing to do: wait on both neighbours' connections (ring__wait_idle;
  * idle_ns = time since the last progress, 0 to only yield). RING_OK to go on; otherwise the
  * abort, peer failure or timeout, named by what the engine waited for: the left neighbour's
- * descriptor, receive nr_done + 1 or send ns_done + 1. */
-ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t ns_done, size_t nr_done, int got_desc);
+ * descriptor, receive nr_done + 1 (and send ns_done + 1 when it was posted, ns_posted >
+ * ns_done) or send ns_done + 1. */
+ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t ns_done, size_t ns_posted, size_t nr_done,
+                                int got_desc);
 ring_result_t ring__barrier_ring(ring_comm_t *comm, const ring__opdesc_t *op);
 /* Recursive doubling (rd.c): allreduce of small buffers, and barrier (count 0). */
 ring_result_t ring__allreduce_rd(ring_comm_t *comm, const ring__opdesc_t *op);

@@ -383,7 +383,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
              ring__coll_name(op->coll), (unsigned long long)op->seq, op->device, op->count, nsend, nrecv);
 
     for (;;) {
-        int busy = 0, moved = 0;
+        int busy = 0, moved = 0, gpu_wait = 0;
 
         /* The link messages go after the descriptors; the one from the left is taken only
          * once its descriptor matched, so a rank without RING_CUDA_IPC=1 is reported as a
@@ -459,7 +459,10 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             int done = 0;
             void *req = NULL;
             RING_CHECK(ring__cuda_event_query(comm, S->sev[si], &done));
-            if (!done) break;
+            if (!done) {
+                gpu_wait = 1;
+                break;
+            }
             if (ic.tx == 1) {
                 /* In the receiver's reach now; the slot's return is the link's business. */
                 ring__ipc_tx_publish(comm, txb + ns_posted, sdst[si], slen[si]);
@@ -564,7 +567,10 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             const size_t ri = nr_released % D;
             if (held[ri] == nr_released || (fwd[ri] != RING__NONE && fwd[ri] >= ns_posted)) break;
             RING_CHECK(ring__cuda_event_query(comm, S->rev[ri], &done));
-            if (!done) break;
+            if (!done) {
+                gpu_wait = 1;
+                break;
+            }
             fwd[ri] = RING__NONE;
             nr_released++;
             if (ic.rx == 1) ring__ipc_rx_release(comm, rxb + nr_released);
@@ -581,8 +587,11 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
         }
         /* GPU work in flight cannot be waited for in poll(): only yield then (abort and
          * remote failures are still checked); otherwise sleep on the sockets as the host
-         * engine does. */
-        int gpu_pending = ns_posted < ns_staged || nr_released < nr_proc;
+         * engine does. Only an event that is not done counts: a slot held for a forward
+         * whose send cannot be staged, or a staged send the transport refused, waits on the
+         * network, and that wait must run into RING_TIMEOUT_MS (a stopped right neighbour
+         * otherwise kept this rank, and every rank holding as it did, spinning for ever). */
+        int gpu_pending = gpu_wait;
         /* Nor can a CUDA IPC neighbour's page: yield while waiting on it, look at the
          * sockets for a dead peer every 100 ms, and time out as everywhere. */
         int ipc_wait = ic.tx < 0 || (ic.tx == 1 && ns_done < nsend) || (ic.rx == 1 && nr_arrived < nr_posted);
@@ -595,7 +604,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
                 RING_CHECK(rtp->check(rconn));
             }
         }
-        RING_CHECK(ring__engine_idle(sc, idle, ns_done, nr_arrived, got_desc));
+        RING_CHECK(ring__engine_idle(sc, idle, ns_done, ns_posted, nr_arrived, got_desc));
     }
     if (ipc_on) ring__ipc_end(comm, &ic, nsend, nrecv);
 

@@ -65,6 +65,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "cuda/coll.h"
 #include "cuda/direct.h"
 #include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
@@ -194,8 +195,13 @@ void ring__direct_fini(ring_comm_t *comm)
     direct_t *d = comm->cuda_direct;
     if (!d) return;
     comm->cuda_direct = NULL;
+    /* The mappings and the event are the offering device's: close them in its context, not
+     * in whichever device the destroying thread has current. */
+    ring__cuda_devscope_t ds;
+    int entered = d->device >= 0 && ring__cuda_device_enter(NULL, d->device, &ds) == RING_OK;
     for (size_t i = 0; i < (size_t)comm->nranks * MAPS; i++) ring__cuda_ipc_close(d->maps[i].base, d->maps[i].size);
     ring__cuda_event_destroy(d->ev);
+    if (entered) ring__cuda_device_leave(&ds);
     direct_free(d);
 }
 
@@ -394,11 +400,15 @@ static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, offer
     if (d->declined) return snprintf(why, len, "declined since an earlier call"), -1;
     if (comm->params.algo != RING__ALGO_AUTO) return snprintf(why, len, "RING_ALGO names an algorithm"), -1;
     if (d->device >= 0 && d->device != op->device)
-        return snprintf(why, len, "buffers on device %d, earlier direct calls on device %d", op->device, d->device), -1;
+        return snprintf(why, len, "buffers on device %d, earlier direct offers on device %d", op->device, d->device), -1;
     const int bcast = op->coll == RING__COLL_BROADCAST;
     if (describe(d, op->sendbuf, &mine->buf[0], why, len)) return -1;
     if (!bcast && describe(d, op->recvbuf, &mine->buf[1], why, len)) return -1;
-    if (!d->ev && ring__cuda_event_create(comm, &d->ev) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
+    if (!d->ev) {
+        if (ring__cuda_event_create(comm, &d->ev) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
+        /* The event, and every mapping after it, belongs to this device's context. */
+        d->device = op->device;
+    }
     if (d->uuid_dev != op->device) {
         if (ring__cuda_device_uuid(comm, op->device, d->uuid) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
         d->uuid_dev = op->device;
