@@ -32,6 +32,12 @@
  *            all-reduce: the others must return an error within 10 s, none may hang.
  * --direct-mismatch  rank 0 passes one element more than the others to a device all-reduce:
  *            every rank must return an error within 10 s.
+ * --direct-abort R  rank R calls ring_comm_abort from another thread 0.2 s into a direct
+ *            all-reduce whose kernel (rank 0 works alone) takes 1 s: every rank must return an
+ *            error, and no rank's recvbuf may change after its call returned (each fills it
+ *            with a pattern at once and checks it 1.5 s later, after rank 0 destroyed its
+ *            communicator): the kernel reading and writing every rank's buffers must have
+ *            finished before any call returns.
  * --stalled-receiver  3 or more ranks, staged ring, run with RING_TIMEOUT_MS of a few seconds
  *            and small socket buffers: the last rank is stopped (SIGSTOP, for 15 s) in the
  *            middle of back-to-back device reduce-scatters, so its left neighbour can sit with
@@ -50,6 +56,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -204,10 +211,18 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
     return bad;
 }
 
+static void *abort_later(void *comm)
+{
+    struct timespec nap = {0, 200000000};
+    nanosleep(&nap, NULL);
+    ring_comm_abort(comm);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
-        direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0;
+        direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0, direct_abort = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -223,13 +238,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--direct-mismatch")) direct_mismatch = 1;
         else if (!strcmp(argv[i], "--work-split")) work_split = 1;
         else if (!strcmp(argv[i], "--stalled-receiver")) stalled = 1;
+        else if (!strcmp(argv[i], "--direct-abort") && i + 1 < argc) direct_abort = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
         else {
             fprintf(stderr,
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
-                    "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver]\n",
+                    "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n",
                     argv[0]);
             return 2;
         }
@@ -307,6 +323,37 @@ int main(int argc, char **argv)
         printf("rank %d: %s after %.2f s: %s: %s\n", rank, ok ? "PASS" : "FAIL", s, ring_result_name(rc),
                ring_comm_last_error(comm));
         ring_comm_destroy(comm);
+        return ok ? 0 : 1;
+    }
+    if (direct_abort >= 0) {
+        const size_t count = 1 << 16;
+        float *send = (float *)arena, *recv = (float *)arena + count;
+        rc = ring_allreduce(comm, send, recv, count, RING_FLOAT32, RING_SUM);
+        if (rc != RING_OK) {
+            fprintf(stderr, "rank %d: first all-reduce: %s\n", rank, ring_comm_last_error(comm));
+            return 1;
+        }
+        ring__cuda_emu_set_kernel_delay(1000);
+        pthread_t th;
+        if (rank == direct_abort && pthread_create(&th, NULL, abort_later, comm) != 0) return 1;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        rc = ring_allreduce(comm, send, recv, count, RING_FLOAT32, RING_SUM);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        memset(recv, 0x5a, count * sizeof *recv);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (rank == direct_abort) pthread_join(th, NULL);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ring_comm_last_error(comm));
+        if (rank == 0) ring_comm_destroy(comm); /* lets anything still queued run */
+        struct timespec nap = {1, 500000000};
+        nanosleep(&nap, NULL);
+        size_t changed = 0;
+        for (size_t i = 0; i < count * sizeof *recv; i++) changed += ((unsigned char *)recv)[i] != 0x5a;
+        int ok = rc != RING_OK && s < 10 && !changed;
+        printf("rank %d: %s after %.2f s: %s: %s; %zu recvbuf bytes changed after the call returned\n", rank,
+               ok ? "PASS" : "FAIL", s, ring_result_name(rc), msg, changed);
+        if (rank != 0) ring_comm_destroy(comm);
         return ok ? 0 : 1;
     }
     if (stalled) {

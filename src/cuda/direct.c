@@ -55,6 +55,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +102,8 @@ typedef struct rec {
 typedef struct row {
     _Atomic uint64_t progress; /* direct calls: 4 (q + 1) + stage */
     _Atomic uint64_t refused;  /* q + 1: this rank could not map a peer's buffer in call q */
-    unsigned char pad[48];
+    _Atomic uint64_t worked;   /* q + 1: nothing this rank queued in call q touches a peer any more */
+    unsigned char pad[40];
     rec_t rec[HIST];
 } row_t;
 
@@ -392,6 +394,37 @@ static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t 
 
 /* ---------- the call ---------- */
 
+/*
+ * The end of a call that passed stage 1 (every rank mapped, nobody refused). The work this
+ * rank queued (queued: on stream st) reads and writes peers' buffers, and a peer reuses or
+ * frees them once its call returned, even with an error: so this rank says when its work
+ * finished (row.worked), and a failed call returns only once every rank said so or is gone.
+ * An abort or a peer's failure does not cut these waits short (the GPU finishes what it
+ * was given: a kernel of the direct path takes milliseconds); RING_TIMEOUT_MS bounds them.
+ * On success stage 2 already said all of it. Errors here keep the call's first error.
+ */
+static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, struct CUstream_st *st, int queued,
+                   ring_result_t rc, const rec_t *recs)
+{
+    const int64_t start = ring__now_ns(), bound = (int64_t)comm->params.timeout_ms * 1000000LL;
+    const uint64_t mark = op->seq + 1;
+    int done = !queued || rc == RING_OK;
+    /* Recorded again: the call may have failed between queueing and recording. */
+    if (!done && ring__cuda_event_record(NULL, d->ev, st) != RING_OK) queued = 0;
+    while (!done && queued && ring__now_ns() - start < bound) {
+        if (ring__cuda_event_query(NULL, d->ev, &done) != RING_OK) break;
+        if (!done) ring__nap_ns(50000);
+    }
+    if (done) atomic_store_explicit(&d->row[comm->rank].worked, mark, memory_order_release);
+    if (rc == RING_OK) return;
+    for (int p = 0; p < comm->nranks; p++) {
+        const pid_t pid = (pid_t)recs[p].o.pid;
+        while (atomic_load_explicit(&d->row[p].worked, memory_order_acquire) < mark && ring__now_ns() - start < bound &&
+               (kill(pid, 0) == 0 || errno == EPERM))
+            ring__nap_ns(50000);
+    }
+}
+
 /* Does this rank offer the path for op? Fills its record; 0 yes, else why in why. */
 static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, offer_t *mine, char *why, size_t len)
 {
@@ -488,7 +521,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     offer_t mine;
     ring_result_t rc = RING_OK;
     char why[256] = "";
-    int idle = 0;
+    int idle = 0, queued = 0;
     *ran = 0;
     if (!d) return RING_OK;
     if (offer(d, comm, op, &mine, why, sizeof why)) {
@@ -557,8 +590,10 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     *ran = 1;
     /* Steps 3 and 4: one kernel for all-reduce, one per part for reduce-scatter, copies for
      * the others; once every rank's work finished, no rank's buffers are read or written any
-     * more. */
+     * more. A rank with no work says so at once (settle). */
+    if (!works) atomic_store_explicit(&d->row[me].worked, op->seq + 1, memory_order_release);
     if (works) {
+        queued = 1;
         RING_CHECK(queue_work(comm, op, one ? 0 : me, one ? n : me + 1, d->sptr, d->rptr, st));
         RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
         RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
@@ -567,5 +602,6 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     d->ncalls++;
     d->nones += (uint64_t)one;
 fail:
+    if (*ran) settle(comm, d, op, st, queued, rc, recs);
     return rc;
 }

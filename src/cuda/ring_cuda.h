@@ -182,6 +182,9 @@ ring_result_t ring__cuda_dmabuf_fd(ring_comm_t *comm, void *p, size_t bytes, int
  */
 void ring__cuda_set_emulation(int on);
 int ring__cuda_emulating(void);
+/* Tests only: emulated many-input kernels (ring__cuda_reduce_multi, the direct path's) queued
+ * from now on complete no sooner than ms after they were queued, as a long kernel would. */
+void ring__cuda_emu_set_kernel_delay(int ms);
 /* reduce.cu's ring__cuda_reduce queues its work here when emulating. */
 ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                     ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);

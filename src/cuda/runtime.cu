@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -77,6 +78,7 @@ struct EmuOp {
     int nsrc, ndst; /* kind 2: srcs[0..nsrc) into dsts[0..ndst) */
     const void *srcs[RING__CUDA_MULTI_MAX];
     void *dsts[RING__CUDA_MULTI_MAX];
+    int64_t ready_ns; /* CLOCK_MONOTONIC before which a touch does not run it (0: any time) */
 };
 
 struct EmuStream {
@@ -105,11 +107,27 @@ void emu_exec(const EmuOp &o)
     else (void)ring__cuda_reduce_multi_emulated(NULL, o.dsts, o.ndst, o.srcs, o.nsrc, o.n, o.dtype, o.op, o.nranks, 256);
 }
 
-/* Run queued work up to (excluding) op number upto. emu_mu held. */
-void emu_run(EmuStream *s, uint64_t upto)
+int64_t emu_kernel_delay_ns; /* ring__cuda_emu_set_kernel_delay */
+
+int64_t emu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Run queued work up to (excluding) op number upto. A touch (lazy) stops at a kernel that is
+ * not ready yet; a synchronization waits for it. emu_mu held. */
+void emu_run(EmuStream *s, uint64_t upto, bool lazy = false)
 {
     while (s->done < upto && s->done < s->enq) {
-        emu_exec(s->q[s->done % s->cap]);
+        const EmuOp &o = s->q[s->done % s->cap];
+        for (int64_t now = emu_now(); o.ready_ns > now; now = emu_now()) {
+            if (lazy) return;
+            struct timespec nap = {0, (long)(o.ready_ns - now < 1000000 ? o.ready_ns - now : 1000000)};
+            nanosleep(&nap, NULL);
+        }
+        emu_exec(o);
         s->done++;
     }
 }
@@ -129,7 +147,7 @@ void emu_step(EmuStream *s)
 {
     uint64_t r = emu_next();
     if (((s->done / 32 + s->phase) & 1) && r % 4) return;
-    emu_run(s, s->done + (r >> 2) % 3);
+    emu_run(s, s->done + (r >> 2) % 3, true);
 }
 
 bool emu_push(EmuStream *s, const EmuOp &o)
@@ -159,11 +177,17 @@ struct EmuLock {
 extern "C" void ring__cuda_set_emulation(int on) { emu_on = on; }
 extern "C" int ring__cuda_emulating(void) { return emu_on; }
 
+extern "C" void ring__cuda_emu_set_kernel_delay(int ms)
+{
+    EmuLock l;
+    emu_kernel_delay_ns = (int64_t)ms * 1000000LL;
+}
+
 extern "C" ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                                ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream)
 {
     EmuLock l;
-    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, 0, {}, {}};
+    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, 0, {}, {}, 0};
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
     return RING_OK;
 }
@@ -173,7 +197,8 @@ extern "C" ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *co
                                                      ring_op_t op, int nranks, ring__cuda_stream_t stream)
 {
     EmuLock l;
-    EmuOp o = {2, dsts[0], NULL, NULL, count, dtype, op, nranks, nsrc, ndst, {}, {}};
+    EmuOp o = {2, dsts[0], NULL, NULL, count, dtype, op, nranks, nsrc, ndst, {}, {},
+               emu_kernel_delay_ns ? emu_now() + emu_kernel_delay_ns : 0};
     for (int k = 0; k < nsrc && k < RING__CUDA_MULTI_MAX; k++) o.srcs[k] = srcs[k];
     for (int k = 0; k < ndst && k < RING__CUDA_MULTI_MAX; k++) o.dsts[k] = dsts[k];
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
@@ -448,7 +473,7 @@ extern "C" ring_result_t ring__cuda_memcpy_async(ring_comm_t *comm, void *dst, c
     if (!bytes) return RING_OK;
     if (emu_on) {
         EmuLock l;
-        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, 0, {}, {}};
+        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, 0, {}, {}, 0};
         if (!emu_push(emu_stream(s), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
         return RING_OK;
     }
