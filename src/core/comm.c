@@ -55,12 +55,20 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     if (fc != RING_OK) return fc;
     ring_result_t rc = ring__run_op(comm, op);
     int left = -1;
+    /* The failure's own text, taken now: during the wait below another thread's call (an
+     * argument error, say) may overwrite the communicator's last error. */
+    char cause[RING__ERRMSG_MAX] = "";
+    if (rc != RING_OK) {
+        pthread_mutex_lock(&comm->err_mu);
+        memcpy(cause, comm->errmsg, sizeof cause);
+        pthread_mutex_unlock(&comm->err_mu);
+    }
     if (rc == RING_ERR_PEER || rc == RING_ERR_PROTOCOL) {
         /* A rank that left (its goodbye came over the star) explains a closed connection, and
          * no FAIL will follow it. */
         int64_t until = ring__now_ns() + (rc == RING_ERR_PEER ? CAUSE_GRACE_PEER_NS : CAUSE_GRACE_PROTOCOL_NS);
-        while (!atomic_load(&comm->remote_failed) && (left = ring__watch_someone_left(comm)) < 0 &&
-               ring__now_ns() < until) {
+        while (!atomic_load(&comm->remote_failed) && !atomic_load(&comm->aborted) &&
+               (left = ring__watch_someone_left(comm)) < 0 && ring__now_ns() < until) {
             struct timespec ts = {0, 5 * 1000000L};
             nanosleep(&ts, NULL);
         }
@@ -68,9 +76,14 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     if (rc == RING_OK) return rc;
     char what[64];
     snprintf(what, sizeof what, "%s #%llu", ring__coll_name(op->coll), (unsigned long long)op->seq);
+    /* An abort during the grace above is the call's result, as for a call that saw it itself. */
+    if (atomic_load(&comm->aborted)) return ring__seterr(comm, RING_ERR_ABORTED, "%s: aborted by ring_comm_abort", what);
     if (atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
-    if (left >= 0) ring__watch_note_left(comm, left, what);
-    ring__comm_fail(comm, rc);
+    if (left >= 0) ring__watch_note_left(comm, left, what, cause, sizeof cause);
+    pthread_mutex_lock(&comm->err_mu);
+    memcpy(comm->errmsg, cause, sizeof comm->errmsg);
+    pthread_mutex_unlock(&comm->err_mu);
+    ring__comm_fail(comm, rc, cause);
     return rc;
 }
 
@@ -88,9 +101,10 @@ static void *progress_main(void *arg)
     }
     pthread_mutex_lock(&comm->mu);
     for (;;) {
-        while (!comm->shutdown && (!comm->qhead || comm->busy)) pthread_cond_wait(&comm->cv_work, &comm->mu);
+        /* Busy (a blocking call inline on another thread) waits even at shutdown: spinning here
+         * would hold mu, which that call needs to finish. */
+        while (comm->busy || (!comm->shutdown && !comm->qhead)) pthread_cond_wait(&comm->cv_work, &comm->mu);
         if (!comm->qhead) break; /* shutdown with an empty queue */
-        if (comm->busy) continue;
         struct ring_request *r = comm->qhead;
         comm->qhead = r->qnext;
         if (!comm->qhead) comm->qtail = NULL;
@@ -131,7 +145,7 @@ ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
             ring_result_t rc = run_one(comm, op);
             pthread_mutex_lock(&comm->mu);
             comm->busy = 0;
-            if (comm->qhead) pthread_cond_signal(&comm->cv_work);
+            if (comm->qhead || comm->shutdown) pthread_cond_signal(&comm->cv_work);
             pthread_cond_broadcast(&comm->cv_done);
             pthread_mutex_unlock(&comm->mu);
             return rc;
@@ -585,7 +599,7 @@ fail:
     ring__watch_stop(comm);
     ring__sm_fini(comm);
     release_network(comm);
-    ring__comm_fail(comm, rc);
+    ring__comm_fail(comm, rc, NULL);
     snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);
     return rc;
 }
@@ -618,7 +632,7 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
     /* Outside mu: telling the other ranks may wait briefly on a full star socket, and the
      * queue below must be released without that wait. */
     ring__seterr(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
-    ring__comm_fail(comm, RING_ERR_ABORTED);
+    ring__comm_fail(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
     pthread_mutex_lock(&comm->mu);
     while (comm->qhead) {
         struct ring_request *r = comm->qhead;

@@ -120,7 +120,7 @@ ring_result_t ring__seterr_errno(ring_comm_t *comm, ring_result_t code, int errn
     return code;
 }
 
-void ring__comm_fail(ring_comm_t *comm, ring_result_t code)
+void ring__comm_fail(ring_comm_t *comm, ring_result_t code, const char *text)
 {
     if (!comm || code == RING_OK) return;
     char msg[RING__ERRMSG_MAX];
@@ -128,8 +128,8 @@ void ring__comm_fail(ring_comm_t *comm, ring_result_t code)
     int expected = RING_OK;
     int first = atomic_compare_exchange_strong(&comm->fail_code, &expected, (int)code);
     if (first) {
-        memcpy(comm->fail_msg, comm->errmsg, sizeof comm->fail_msg);
-        memcpy(msg, comm->errmsg, sizeof msg);
+        snprintf(comm->fail_msg, sizeof comm->fail_msg, "%s", text ? text : comm->errmsg);
+        memcpy(msg, comm->fail_msg, sizeof msg);
     }
     pthread_mutex_unlock(&comm->err_mu);
     /* This rank failed first: the others must not wait for it until their timeout. */

@@ -216,8 +216,9 @@ ring_result_t ring__seterr(ring_comm_t *comm, ring_result_t code, const char *fm
 /* Same, appending ": <strerror(errnum)>". */
 ring_result_t ring__seterr_errno(ring_comm_t *comm, ring_result_t code, int errnum,
                                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* Mark the communicator failed with the current error (first failure wins). */
-void ring__comm_fail(ring_comm_t *comm, ring_result_t code);
+/* Mark the communicator failed (first failure wins), with text, or with the current error
+ * where text is NULL (only where no other thread can have set one since: the caller's own). */
+void ring__comm_fail(ring_comm_t *comm, ring_result_t code, const char *text);
 /* If comm has failed: set "<what>: communicator failed earlier: <first error>" and return
  * the first error's code; else RING_OK. */
 ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);

@@ -53,7 +53,7 @@ static void engine_release(ring_comm_t *comm)
 {
     pthread_mutex_lock(&comm->mu);
     comm->busy = 0;
-    if (comm->qhead) pthread_cond_signal(&comm->cv_work);
+    if (comm->qhead || comm->shutdown) pthread_cond_signal(&comm->cv_work);
     pthread_cond_broadcast(&comm->cv_done);
     pthread_mutex_unlock(&comm->mu);
 }
@@ -207,7 +207,7 @@ ring_result_t ring__p2p_connect(ring_comm_t *comm, const int *peers, int npeers)
     if (rc == RING_OK) {
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "p2p: connected with %d peer(s)", npeers);
     } else {
-        ring__comm_fail(comm, rc);
+        ring__comm_fail(comm, rc, NULL);
     }
     return rc;
 }
@@ -380,6 +380,6 @@ ring_result_t ring__p2p_run(ring_comm_t *comm, ring__p2p_op_t *ops, int nops)
     rc = ring__p2p_run_locked(comm, ops, nops);
     engine_release(comm);
     /* Like the public calls, a bad argument is refused without failing the communicator. */
-    if (rc != RING_OK && rc != RING_ERR_INVALID_ARG) ring__comm_fail(comm, rc);
+    if (rc != RING_OK && rc != RING_ERR_INVALID_ARG) ring__comm_fail(comm, rc, NULL);
     return rc;
 }

@@ -155,15 +155,14 @@ static void host_of(ring_comm_t *comm, int r, char *out, size_t len)
     snprintf(out, len, "%.64s, pid %u", pi->host, (unsigned)pi->pid);
 }
 
-void ring__watch_note_left(ring_comm_t *comm, int left, const char *what)
+void ring__watch_note_left(ring_comm_t *comm, int left, const char *what, char *text, size_t len)
 {
     char h[96];
     host_of(comm, left, h, sizeof h);
-    pthread_mutex_lock(&comm->err_mu);
-    size_t len = strlen(comm->errmsg);
-    snprintf(comm->errmsg + len, sizeof comm->errmsg - len,
-             "; rank %d (%s) had called ring_comm_destroy while this rank was still in %s with it", left, h, what);
-    pthread_mutex_unlock(&comm->err_mu);
+    size_t used = strnlen(text, len);
+    if (used + 1 < len)
+        snprintf(text + used, len - used, "; rank %d (%s) had called ring_comm_destroy while this rank was still in %s with it",
+                 left, h, what);
 }
 
 void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg)
@@ -183,8 +182,10 @@ void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg)
     pthread_mutex_unlock(&comm->star_mu);
 }
 
-/* A notice or a closed star connection from rank `from` (the root's view) or from the root. */
-static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text)
+/* A notice from rank `from` (the root's view) or from the root, or garbage on that
+ * connection (garbage: the sender knows nothing of it, so it is told too). The relay carries
+ * a code the ranks' parser takes (wire_code): a raw RING_ERR_PROTOCOL would be garbage to them. */
+static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text, int garbage)
 {
     if (comm->rank != 0) {
         ring__fail_remote(comm, (ring_result_t)code, text);
@@ -193,7 +194,8 @@ static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text
     char msg[RING__ERRMSG_MAX], h[96];
     host_of(comm, from, h, sizeof h);
     snprintf(msg, sizeof msg, "rank %d (%s) failed: %.700s", from, h, text);
-    if (ring__fail_remote(comm, (ring_result_t)code, msg)) relay(comm, RING__NOTICE_FAIL, from, code, msg, from);
+    if (ring__fail_remote(comm, (ring_result_t)code, msg))
+        relay(comm, RING__NOTICE_FAIL, from, wire_code((ring_result_t)code), msg, garbage ? -1 : from);
 }
 
 static void on_gone(ring_comm_t *comm, int r, const char *how)
@@ -205,7 +207,7 @@ static void on_gone(ring_comm_t *comm, int r, const char *how)
         ring__fail_remote(comm, RING_ERR_PEER, msg);
         return;
     }
-    if (ring__fail_remote(comm, RING_ERR_PEER, msg)) relay(comm, RING__NOTICE_FAIL, r, RING_ERR_PEER, msg, r);
+    if (ring__fail_remote(comm, RING_ERR_PEER, msg)) relay(comm, RING__NOTICE_FAIL, r, wire_code(RING_ERR_PEER), msg, r);
 }
 
 typedef struct inbuf {
@@ -237,7 +239,7 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
             if (used < 0) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "garbage on the bootstrap connection with rank %d", r);
-                on_fail(comm, r, RING_ERR_PROTOCOL, msg);
+                on_fail(comm, r, RING_ERR_PROTOCOL, msg, 1);
                 return 1;
             }
             if (type == RING__NOTICE_BYE) {
@@ -248,7 +250,7 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
                 if (!ok) {
                     char msg[160];
                     snprintf(msg, sizeof msg, "a goodbye for rank %u on the bootstrap connection with rank %d", origin, r);
-                    on_fail(comm, r, RING_ERR_PROTOCOL, msg);
+                    on_fail(comm, r, RING_ERR_PROTOCOL, msg, 1);
                     return 1;
                 }
                 pthread_mutex_lock(&comm->star_mu);
@@ -259,7 +261,7 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
                 char text[RING__NOTICE_TEXT_MAX + 1];
                 memcpy(text, t, tl);
                 text[tl] = '\0';
-                on_fail(comm, r, code, text);
+                on_fail(comm, r, code, text, 0);
             }
             memmove(ib->b, ib->b + used, ib->got - (size_t)used);
             ib->got -= (size_t)used;

@@ -27,8 +27,8 @@ int ring__fail_remote(ring_comm_t *comm, ring_result_t code, const char *msg);
 /* A rank other than this one that said goodbye (ring_comm_destroy) on the star, directly or
  * relayed by the root, or -1. */
 int ring__watch_someone_left(ring_comm_t *comm);
-/* Append to this call's message that rank `left` had left while the call `what` ran. */
-void ring__watch_note_left(ring_comm_t *comm, int left, const char *what);
+/* Append to text (a call's message, len bytes) that rank `left` had left while the call `what` ran. */
+void ring__watch_note_left(ring_comm_t *comm, int left, const char *what, char *text, size_t len);
 /* For a call that sees comm->remote_failed: copy the recorded failure into the call's message
  * and return its code. */
 ring_result_t ring__remote_result(ring_comm_t *comm, const char *what);
