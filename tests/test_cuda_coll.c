@@ -211,6 +211,13 @@ static int run_case(ring_comm_t *comm, int use_device, int coll, ring_dtype_t dt
     return bad;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void *abort_later(void *comm)
 {
     struct timespec nap = {0, 200000000};
@@ -314,11 +321,9 @@ int main(int argc, char **argv)
             fflush(stdout);
             _exit(0);
         }
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = now_s();
         rc = ring_allreduce(comm, arena, arena, count + (direct_mismatch && rank == 0), RING_FLOAT32, RING_SUM);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double s = now_s() - t0;
         int ok = rc != RING_OK && s < 10;
         printf("rank %d: %s after %.2f s: %s: %s\n", rank, ok ? "PASS" : "FAIL", s, ring_result_name(rc),
                ring_comm_last_error(comm));
@@ -336,12 +341,10 @@ int main(int argc, char **argv)
         ring__cuda_emu_set_kernel_delay(1000);
         pthread_t th;
         if (rank == direct_abort && pthread_create(&th, NULL, abort_later, comm) != 0) return 1;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = now_s();
         rc = ring_allreduce(comm, send, recv, count, RING_FLOAT32, RING_SUM);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double s = now_s() - t0;
         memset(recv, 0x5a, count * sizeof *recv);
-        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (rank == direct_abort) pthread_join(th, NULL);
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ring_comm_last_error(comm));
@@ -375,16 +378,15 @@ int main(int argc, char **argv)
                 _exit(0);
             }
         }
-        struct timespec t0, t1;
         long calls = 0;
+        double s = 0;
         do {
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            const double t0 = now_s();
             rc = ring_reduce_scatter(comm, arena, arena + count * sizeof(float), seg, RING_FLOAT32, RING_SUM);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
+            s = now_s() - t0;
         } while (rc == RING_OK && ++calls < 1000000);
-        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        /* Calls went through before the stop, or the setup is wrong. */
-        /* The left neighbour's error names the stopped rank, whose receive it waited for. */
+        /* Calls went through before the stop, or the setup is wrong; the left neighbour's
+         * error names the stopped rank, whose receive it waited for. */
         char stopped[32];
         snprintf(stopped, sizeof stopped, "rank %d (", n - 1);
         int ok = rc != RING_OK && calls > 0 &&
@@ -400,11 +402,9 @@ int main(int argc, char **argv)
         const size_t count = 1 << 20;
         float *host = calloc(count, sizeof *host);
         void *buf = rank == 1 ? (void *)host : (void *)arena;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = now_s();
         rc = host ? ring_allreduce(comm, buf, buf, count, RING_FLOAT32, RING_SUM) : RING_ERR_NOMEM;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double s = now_s() - t0;
         const char *msg = ring_comm_last_error(comm);
         int neighbour = n > 1 && (rank == 2 % n || rank == 1);
         int ok = rc != RING_OK && s < 10 &&

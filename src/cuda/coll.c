@@ -591,11 +591,10 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
          * whose send cannot be staged, or a staged send the transport refused, waits on the
          * network, and that wait must run into RING_TIMEOUT_MS (a stopped right neighbour
          * otherwise kept this rank, and every rank holding as it did, spinning for ever). */
-        int gpu_pending = gpu_wait;
         /* Nor can a CUDA IPC neighbour's page: yield while waiting on it, look at the
          * sockets for a dead peer every 100 ms, and time out as everywhere. */
         int ipc_wait = ic.tx < 0 || (ic.tx == 1 && ns_done < nsend) || (ic.rx == 1 && nr_arrived < nr_posted);
-        int64_t idle = gpu_pending ? 0 : now - last;
+        int64_t idle = gpu_wait ? 0 : now - last;
         if (ipc_wait && idle <= (int64_t)comm->params.timeout_ms * 1000000LL) {
             idle = 0;
             if (now - last_check > 100000000LL) {

@@ -410,11 +410,9 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
     const uint64_t mark = op->seq + 1;
     int done = !queued || rc == RING_OK;
     /* Recorded again: the call may have failed between queueing and recording. */
-    if (!done && ring__cuda_event_record(NULL, d->ev, st) != RING_OK) queued = 0;
-    while (!done && queued && ring__now_ns() - start < bound) {
-        if (ring__cuda_event_query(NULL, d->ev, &done) != RING_OK) break;
-        if (!done) ring__nap_ns(50000);
-    }
+    if (!done && ring__cuda_event_record(NULL, d->ev, st) == RING_OK)
+        while (ring__now_ns() - start < bound && ring__cuda_event_query(NULL, d->ev, &done) == RING_OK && !done)
+            ring__nap_ns(50000);
     if (done) atomic_store_explicit(&d->row[comm->rank].worked, mark, memory_order_release);
     if (rc == RING_OK) return;
     for (int p = 0; p < comm->nranks; p++) {
@@ -591,8 +589,9 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     /* Steps 3 and 4: one kernel for all-reduce, one per part for reduce-scatter, copies for
      * the others; once every rank's work finished, no rank's buffers are read or written any
      * more. A rank with no work says so at once (settle). */
-    if (!works) atomic_store_explicit(&d->row[me].worked, op->seq + 1, memory_order_release);
-    if (works) {
+    if (!works) {
+        atomic_store_explicit(&d->row[me].worked, op->seq + 1, memory_order_release);
+    } else {
         queued = 1;
         RING_CHECK(queue_work(comm, op, one ? 0 : me, one ? n : me + 1, d->sptr, d->rptr, st));
         RING_CHECK(ring__cuda_event_record(comm, d->ev, st));

@@ -21,6 +21,9 @@
 #include "mem_abi.h"
 #include "ring_cuda.h"
 
+/* src/core/error.c (internal.h is C only). */
+extern "C" int64_t ring__now_ns(void);
+
 extern "C" ring_result_t ring__seterr(ring_comm_t *comm, ring_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -109,20 +112,13 @@ void emu_exec(const EmuOp &o)
 
 int64_t emu_kernel_delay_ns; /* ring__cuda_emu_set_kernel_delay */
 
-int64_t emu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 /* Run queued work up to (excluding) op number upto. A touch (lazy) stops at a kernel that is
  * not ready yet; a synchronization waits for it. emu_mu held. */
 void emu_run(EmuStream *s, uint64_t upto, bool lazy = false)
 {
     while (s->done < upto && s->done < s->enq) {
         const EmuOp &o = s->q[s->done % s->cap];
-        for (int64_t now = emu_now(); o.ready_ns > now; now = emu_now()) {
+        for (int64_t now = ring__now_ns(); o.ready_ns > now; now = ring__now_ns()) {
             if (lazy) return;
             struct timespec nap = {0, (long)(o.ready_ns - now < 1000000 ? o.ready_ns - now : 1000000)};
             nanosleep(&nap, NULL);
@@ -198,7 +194,7 @@ extern "C" ring_result_t ring__cuda_emu_reduce_multi(ring_comm_t *comm, void *co
 {
     EmuLock l;
     EmuOp o = {2, dsts[0], NULL, NULL, count, dtype, op, nranks, nsrc, ndst, {}, {},
-               emu_kernel_delay_ns ? emu_now() + emu_kernel_delay_ns : 0};
+               emu_kernel_delay_ns ? ring__now_ns() + emu_kernel_delay_ns : 0};
     for (int k = 0; k < nsrc && k < RING__CUDA_MULTI_MAX; k++) o.srcs[k] = srcs[k];
     for (int k = 0; k < ndst && k < RING__CUDA_MULTI_MAX; k++) o.dsts[k] = dsts[k];
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
