@@ -148,8 +148,21 @@ static int cmp_double(const void *a, const void *b)
 
 /* ---- groups of ranks as threads ------------------------------------------------------------ */
 
+/* Fault injection (test_reliability links with --wrap=pthread_create): the n-th thread that a
+ * thread starts fails with EAGAIN, as it does when the process is out of threads. Init starts
+ * the watcher first and then the progress thread, so 2 fails the progress thread. */
+static __thread int fail_create_at;
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    if (fail_create_at > 0 && --fail_create_at == 0) return EAGAIN;
+    return __real_pthread_create(t, attr, fn, arg);
+}
+
 typedef struct init_arg {
     int n, rank;
+    int fail_create_at; /* 0, or which of init's thread starts fails */
     char root[64];
     int timeout_ms;     /* 0: default */
     const char *secret; /* NULL: SECRET */
@@ -170,6 +183,7 @@ static void *init_main(void *p)
     cfg.secret = a->secret ? a->secret : SECRET;
     if (a->chunk_bytes) cfg.chunk_bytes = a->chunk_bytes;
     if (a->depth) cfg.pipeline_depth = a->depth;
+    fail_create_at = a->fail_create_at;
     a->rc = ring_comm_init_config(&a->comm, a->n, a->rank, a->root, &cfg);
     /* The failure text of init is thread-local (or on the shell communicator). */
     snprintf(a->msg, sizeof a->msg, "%s", a->rc == RING_OK ? "" : ring_comm_last_error(a->comm ? a->comm : NULL));
@@ -1964,6 +1978,43 @@ Test(departure, a_rank_that_destroys_mid_collective_is_named_by_every_rank, .tim
         cr_log_info("departure (%s): rank 0 after %.0f ms: %s | rank 1 after %.0f ms: %s", round ? "tcp" : "auto",
                     k[0].t_end - k[0].t_start, k[0].msg, k[1].t_end - k[1].t_start, k[1].msg);
         group_destroy(c, 2);
+    }
+}
+
+/* Init that fails at its end (here: the progress thread, or the watcher, cannot be started) is
+ * a failure, not a departure: the ranks that finished init must hear the failing rank's own
+ * text. (That rank used to say only goodbye, so the others reported that it "had called
+ * ring_comm_destroy".) For a rank that is not the root, and for the root. */
+Test(departure, init_that_fails_at_its_end_tells_every_rank_why, .timeout = 60)
+{
+    clear_env();
+    for (int round = 0; round < 4; round++) {
+        int bad = round & 1 ? 0 : 2, nth = round < 2 ? 2 : 1;
+        const char *what = nth == 2 ? "cannot start the progress thread" : "cannot start the watcher thread";
+        init_arg a[3];
+        int port = free_port();
+        for (int r = 0; r < 3; r++) {
+            a[r] = (init_arg){.n = 3, .rank = r, .timeout_ms = 20000, .fail_create_at = r == bad ? nth : 0};
+            snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+            cr_assert_eq(pthread_create(&a[r].t, NULL, init_main, &a[r]), 0);
+        }
+        for (int r = 0; r < 3; r++) pthread_join(a[r].t, NULL);
+        cr_assert_eq(a[bad].rc, RING_ERR_SYSTEM, "rank %d: %s: %s", bad, ring_result_name(a[bad].rc), a[bad].msg);
+        cr_assert(strstr(a[bad].msg, what), "rank %d: %s", bad, a[bad].msg);
+        for (int r = 0; r < 3; r++) {
+            if (r == bad) continue;
+            cr_assert_eq(a[r].rc, RING_OK, "rank %d: init: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
+            cr_assert(wait_remote_failed(a[r].comm, 5000), "bad rank %d: rank %d never heard of its failure", bad, r);
+            ring_result_t rc = ring_barrier(a[r].comm);
+            const char *m = ring_comm_last_error(a[r].comm);
+            cr_log_info("init failure of rank %d: rank %d: %s: %s", bad, r, ring_result_name(rc), m);
+            cr_assert_eq(rc, RING_ERR_PEER, "bad rank %d: rank %d: %s: %s", bad, r, ring_result_name(rc), m);
+            char who[32];
+            snprintf(who, sizeof who, "rank %d", bad);
+            cr_assert(strstr(m, who) && strstr(m, what), "bad rank %d: rank %d: %s", bad, r, m);
+            cr_assert_eq(ring_comm_destroy(a[r].comm), RING_OK);
+        }
+        cr_assert_eq(ring_comm_destroy(a[bad].comm), RING_OK);
     }
 }
 

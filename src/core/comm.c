@@ -470,6 +470,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
     RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
+    RING_CHECK(ring__watch_open(comm));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */
     for (int r = 0; r < n; r++) {
@@ -595,11 +596,13 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     comm->thread_started = 1;
     return RING_OK;
 fail:
-    /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. */
+    /* Keep the shell (for ring_comm_last_error) but give back sockets and memory now. The
+     * failure goes out before the watcher's goodbye: ranks that finished init must hear why,
+     * not that this rank left. */
+    ring__comm_fail(comm, rc, NULL);
     ring__watch_stop(comm);
     ring__sm_fini(comm);
     release_network(comm);
-    ring__comm_fail(comm, rc, NULL);
     snprintf(ring__tls_errbuf(), RING__ERRMSG_MAX, "%s", comm->errmsg);
     return rc;
 }

@@ -2,7 +2,7 @@
  * Failure propagation over the bootstrap star.
  *
  * The star (every rank's TCP connection to rank 0, kept from the bootstrap) carries notice
- * frames after init (watch.h):
+ * frames once the bootstrap is over (watch.h); the watcher reads them after init:
  *  - FAIL: a rank's first failure (its message), sent to the root; the root formats it as
  *    "rank k (host) failed: ..." and relays it to every other rank. The root's own first
  *    failure goes to everyone directly.
@@ -306,11 +306,19 @@ out:
     return NULL;
 }
 
+ring_result_t ring__watch_open(ring_comm_t *comm)
+{
+    if (comm->nranks < 2 || comm->watch_left) return RING_OK;
+    comm->watch_left = calloc((size_t)comm->nranks, sizeof *comm->watch_left);
+    if (!comm->watch_left) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+    return RING_OK;
+}
+
 ring_result_t ring__watch_start(ring_comm_t *comm)
 {
     if (comm->nranks < 2) return RING_OK;
-    comm->watch_left = calloc((size_t)comm->nranks, sizeof *comm->watch_left);
-    if (!comm->watch_left) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+    ring_result_t rc = ring__watch_open(comm);
+    if (rc != RING_OK) return rc;
     comm->watch_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (comm->watch_stop_fd < 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "eventfd");
     sigset_t all, old;

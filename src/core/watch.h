@@ -11,7 +11,10 @@
 
 #include "internal.h"
 
-/* Start the watcher thread (nranks > 1, after a successful init). */
+/* Open the star for notices once the bootstrap is over: from then on a rank whose init fails
+ * tells the others why (the star carries nothing else after the rank table). */
+ring_result_t ring__watch_open(ring_comm_t *comm);
+/* Start the watcher thread (nranks > 1, after a successful init; opens the star if needed). */
 ring_result_t ring__watch_start(ring_comm_t *comm);
 /* Stop it and say goodbye on the star (ring_comm_destroy), so that leaving is not taken for a
  * death. Safe when never started. */
