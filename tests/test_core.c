@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -1441,4 +1442,69 @@ Test(net, connect_start_sets_congestion_control)
     cr_assert_eq(cfd, -1);
     close(lfd);
     cr_assert_str_eq(ring__sock_cc(-1, cc, sizeof cc), "?");
+}
+
+/* A TCP peer that sends a message this rank has not asked for yet and then closes: the socket
+ * then holds data and the peer's end. POLLRDHUP is level-triggered and stays up while the data
+ * sits unread, so a wait that kept asking for it returned from every poll() at once (300,000
+ * wake-ups in half a second: a core burnt while this rank waited on other peers). The
+ * message must still arrive whole once its receive is posted. Both TCP layouts: one-way
+ * sockets, and duplex bundles where the send view shares the sockets. */
+Test(pair, tcp_peer_that_closes_after_unread_bytes_does_not_make_poll_spin, .timeout = 60)
+{
+    for (int duplex = 0; duplex < 2; duplex++) {
+        clear_env();
+        setenv("RING_TRANSPORT", "tcp", 1);
+        setenv("RING_TCP_DUPLEX", duplex ? "1" : "0", 1);
+        ring_comm_t *c[2];
+        init_pair(&c[0], &c[1]);
+        char out[100] = "sent before the close", in[100] = "";
+        ring__p2p_op_t send = {.peer = 1, .is_send = 1, .buf = out, .len = sizeof out};
+        cr_assert_eq(ring__p2p_run(c[0], &send, 1), RING_OK, "%s", ring_comm_last_error(c[0]));
+        cr_assert_eq(ring_comm_destroy(c[0]), RING_OK);
+        usleep(50000);
+        void *conns[2] = {c[1]->conn_recv[0], c[1]->conn_send[0]};
+        cr_assert(strcmp(ring__tp_of(conns[0])->name, "tcp") == 0, "%s", ring__tp_of(conns[0])->name);
+        int wakes = 0;
+        double t0 = now_ms();
+        while (now_ms() - t0 < 300) {
+            struct pollfd fds[32];
+            int n = 0;
+            for (int k = 0; k < 2; k++) n += ring__tp_of(conns[k])->pollfds(conns[k], fds + n, 16);
+            int pr = poll(fds, (nfds_t)n, 100);
+            wakes++;
+            for (int i = 0; pr > 0 && i < n; i++)
+                if (fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))
+                    for (int k = 0; k < 2; k++) ring__tp_of(conns[k])->check(conns[k]);
+        }
+        cr_assert_leq(wakes, 10, "duplex %d: %d poll() wake-ups in 300 ms with a 100 ms timeout", duplex, wakes);
+        ring__p2p_op_t recv = {.peer = 0, .is_send = 0, .buf = in, .len = sizeof in};
+        cr_assert_eq(ring__p2p_run(c[1], &recv, 1), RING_OK, "duplex %d: %s", duplex, ring_comm_last_error(c[1]));
+        cr_assert_str_eq(in, out);
+        ring_comm_destroy(c[1]);
+    }
+}
+
+/* RING_ALGO=sm runs the all-reduce and the barrier through the shared page at every size
+ * (docs/env.md), RING_RD_MAX_BYTES or not: the barrier used to fall back to recursive doubling
+ * when RING_RD_MAX_BYTES was set. Under auto, a set RING_RD_MAX_BYTES keeps both on it. */
+Test(pair, algo_sm_forces_the_page_for_the_barrier_too)
+{
+    for (int forced = 0; forced < 2; forced++) {
+        clear_env();
+        setenv("RING_RD_MAX_BYTES", "8192", 1);
+        if (forced) setenv("RING_ALGO", "sm", 1);
+        ring_comm_t *c[2];
+        init_pair(&c[0], &c[1]);
+        if (!ring__sm_available(c[0])) {
+            ring_comm_destroy(c[0]);
+            ring_comm_destroy(c[1]);
+            cr_skip_test("no shared-memory page between two ranks of this host (RING_SHM_DIR?)");
+        }
+        int want = forced ? RING__ALGO_SM : RING__ALGO_RD;
+        cr_assert_eq(ring__algo_for(c[0], RING__COLL_BARRIER, 0), want, "forced %d: barrier", forced);
+        cr_assert_eq(ring__algo_for(c[0], RING__COLL_ALLREDUCE, 64), want, "forced %d: 64-byte all-reduce", forced);
+        ring_comm_destroy(c[0]);
+        ring_comm_destroy(c[1]);
+    }
 }

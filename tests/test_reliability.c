@@ -152,11 +152,21 @@ static int cmp_double(const void *a, const void *b)
  * thread starts fails with EAGAIN, as it does when the process is out of threads. Init starts
  * the watcher first and then the progress thread, so 2 fails the progress thread. */
 static __thread int fail_create_at;
+/* Before it fails, the thread start waits (up to 10 s) until this many inits returned RING_OK
+ * (inits_ok, counted by init_main): the other ranks must have finished init, or they may fail
+ * in it too (a root still waiting for the shared page sees the rank's star connection close). */
+static atomic_int fail_create_after, inits_ok;
 int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
-    if (fail_create_at > 0 && --fail_create_at == 0) return EAGAIN;
+    if (fail_create_at > 0 && --fail_create_at == 0) {
+        for (int i = 0; i < 10000 && atomic_load(&inits_ok) < atomic_load(&fail_create_after); i++) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        return EAGAIN;
+    }
     return __real_pthread_create(t, attr, fn, arg);
 }
 
@@ -185,6 +195,7 @@ static void *init_main(void *p)
     if (a->depth) cfg.pipeline_depth = a->depth;
     fail_create_at = a->fail_create_at;
     a->rc = ring_comm_init_config(&a->comm, a->n, a->rank, a->root, &cfg);
+    if (a->rc == RING_OK) atomic_fetch_add(&inits_ok, 1);
     /* The failure text of init is thread-local (or on the shell communicator). */
     snprintf(a->msg, sizeof a->msg, "%s", a->rc == RING_OK ? "" : ring_comm_last_error(a->comm ? a->comm : NULL));
     return NULL;
@@ -1993,6 +2004,8 @@ Test(departure, init_that_fails_at_its_end_tells_every_rank_why, .timeout = 60)
         const char *what = nth == 2 ? "cannot start the progress thread" : "cannot start the watcher thread";
         init_arg a[3];
         int port = free_port();
+        atomic_store(&inits_ok, 0);
+        atomic_store(&fail_create_after, 2);
         for (int r = 0; r < 3; r++) {
             a[r] = (init_arg){.n = 3, .rank = r, .timeout_ms = 20000, .fail_create_at = r == bad ? nth : 0};
             snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
@@ -2415,6 +2428,106 @@ Test(sm, a_rank_slow_to_look_finishes_a_call_the_others_finished_and_left, .time
     cr_assert_eq(a[2].bad, 0, "rank 2: %zu wrong elements", a[2].bad);
     cr_assert_eq(ring__sm_count(c[2]), before + 1, "rank 2's call did not run on the shared-memory path");
     cr_assert_eq(ring_comm_destroy(c[2]), RING_OK);
+}
+
+/* Ranks that run ahead of one slow to look. Rank 0 of 17 enters a small all-reduce first and is
+ * held in its first wait (the test hook), before it read the others' records of the call. The
+ * others finish the call (rank 0's input and record are in) and go on with ring broadcasts from
+ * roots 1, 2, ..., 16. A root sends at once and waits only for its left neighbour's descriptor,
+ * so broadcast k stalls at rank k (its left is stuck in broadcast k - 1) and rank d finishes
+ * calls up to d - 1 of them: rank 16 gets 16 calls ahead of rank 0. Each call writes a record
+ * into a ring of 16 per rank, and rank 16's record of its 16th broadcast used to rewrite the
+ * record of the all-reduce that rank 0 had still to read: rank 0 then failed a correct call with
+ * "rank 16 ... is 16 or more calls past #.. allreduce" (RING_ERR_MISMATCH). Now a rank waits
+ * before it rewrites a record that some rank has not finished with. */
+enum { AHEAD_N = 17, AHEAD_COUNT = 13 };
+
+typedef struct ahead_arg {
+    ring_comm_t *comm;
+    ring_result_t rc;
+    atomic_int done; /* calls that returned RING_OK */
+    size_t bad;
+    char msg[RING__ERRMSG_MAX];
+    pthread_t t;
+} ahead_arg;
+
+static void *ahead_main(void *p)
+{
+    ahead_arg *a = p;
+    int r = ring_comm_rank(a->comm), n = ring_comm_nranks(a->comm);
+    int32_t b[AHEAD_COUNT];
+    for (int k = 0; k <= n; k++) {
+        const int reduce = k == 0 || k == n; /* an all-reduce first and last, broadcasts from 1 .. n-1 between */
+        for (int j = 0; j < AHEAD_COUNT; j++) b[j] = reduce ? (r + 1) * (j + 1) : r == k ? 1000 * k + j : -1;
+        a->rc = reduce ? ring_allreduce(a->comm, b, b, AHEAD_COUNT, RING_INT32, RING_SUM)
+                       : ring_broadcast(a->comm, b, AHEAD_COUNT, RING_INT32, k);
+        if (a->rc != RING_OK) {
+            snprintf(a->msg, sizeof a->msg, "%s", ring_comm_last_error(a->comm));
+            break;
+        }
+        for (int j = 0; j < AHEAD_COUNT; j++) a->bad += b[j] != (reduce ? n * (n + 1) / 2 * (j + 1) : 1000 * k + j);
+        atomic_fetch_add(&a->done, 1);
+    }
+    return NULL;
+}
+
+Test(sm, ranks_that_run_ahead_of_one_slow_to_look_wait_before_they_rewrite_its_records, .timeout = 180)
+{
+    clear_env();
+    setenv("RING_TREE_MAX_BYTES", "0", 1); /* ring broadcasts (the tree's roots wait for more) */
+    enum { N = AHEAD_N, SLOW = 0 };
+    static init_arg ia[N];
+    static ahead_arg a[N];
+    int port = free_port();
+    for (int r = 0; r < N; r++) {
+        /* 64 slots on each ring edge: rank 16 forwards every broadcast to rank 0, which takes none. */
+        ia[r] = (init_arg){.n = N, .rank = r, .timeout_ms = 60000, .chunk_bytes = 64 << 10, .depth = 64};
+        snprintf(ia[r].root, sizeof ia[r].root, "127.0.0.1:%d", port);
+        cr_assert_eq(pthread_create(&ia[r].t, NULL, init_main, &ia[r]), 0);
+    }
+    ring_comm_t *c[N];
+    for (int r = 0; r < N; r++) pthread_join(ia[r].t, NULL);
+    for (int r = 0; r < N; r++) {
+        cr_assert_eq(ia[r].rc, RING_OK, "rank %d: init: %s: %s", r, ring_result_name(ia[r].rc), ia[r].msg);
+        c[r] = ia[r].comm;
+    }
+    uint64_t before = ring__sm_count(c[SLOW]);
+
+    atomic_store(&hold_comm, c[SLOW]);
+    atomic_store(&hold_state, 0);
+    ring__sm_set_wait_hook_for_tests(hold_hook);
+    a[SLOW] = (ahead_arg){.comm = c[SLOW]};
+    cr_assert_eq(pthread_create(&a[SLOW].t, NULL, ahead_main, &a[SLOW]), 0);
+    double until = now_ms() + 10000;
+    while (atomic_load(&hold_state) != 1 && now_ms() < until) sleep_ms(1);
+    cr_assert_eq(atomic_load(&hold_state), 1, "rank 0 never waited in the shared-memory all-reduce");
+    for (int r = 1; r < N; r++) {
+        a[r] = (ahead_arg){.comm = c[r]};
+        cr_assert_eq(pthread_create(&a[r].t, NULL, ahead_main, &a[r]), 0);
+    }
+    /* The staircase: rank d finishes the all-reduce and d - 1 broadcasts. */
+    until = now_ms() + 20000;
+    while (atomic_load(&a[N - 1].done) < N - 1 && now_ms() < until) sleep_ms(5);
+    sleep_ms(200);
+    int ahead = atomic_load(&a[N - 1].done);
+    char stairs[256] = "";
+    for (int r = 0, o = 0; r < N && o < (int)sizeof stairs - 8; r++)
+        o += snprintf(stairs + o, sizeof stairs - (size_t)o, " %d", atomic_load(&a[r].done));
+    cr_log_info("calls finished per rank:%s", stairs);
+    atomic_store(&hold_state, 2);
+    for (int r = 0; r < N; r++) pthread_join(a[r].t, NULL);
+    ring__sm_set_wait_hook_for_tests(NULL);
+    cr_log_info("run ahead: rank %d had finished %d calls when rank 0 was let go", N - 1, ahead);
+    for (int r = 0; r < N; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d after %d calls: %s: %s", r, atomic_load(&a[r].done),
+                     ring_result_name(a[r].rc), a[r].msg);
+        cr_assert_eq(atomic_load(&a[r].done), N + 1, "rank %d", r);
+        cr_assert_eq(a[r].bad, 0, "rank %d: %zu wrong elements", r, a[r].bad);
+    }
+    cr_assert_eq(ring__sm_count(c[SLOW]), before + 2, "rank 0's all-reduces did not run on the shared-memory path");
+    cr_assert_geq(ahead, N - 1, "rank %d finished only %d calls ahead: the test did not reach the record ring's end",
+                  N - 1, ahead);
+    group_destroy(c, N);
 }
 
 /* Above 1 MiB auto gives the page every size where rank 0's host has one NUMA node and keeps

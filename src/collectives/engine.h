@@ -136,12 +136,16 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__barrier_rd(ring_comm_t *comm, const ring__opdesc_t *op);
 /* The shared-memory all-reduce (sm.c), for communicators whose ranks are all on one host:
  * setup at init (a no-op elsewhere, or with RING_SM_MAX_BYTES=0), fini at destroy, a record
- * of every call on every rank (note, before it runs), and the all-reduce itself (*ran = 0:
+ * of every call on every rank (note, before it runs; it waits while a rank is HIST calls
+ * behind), and the all-reduce itself (*ran = 0:
  * some rank has device buffers, run the ring instead). */
 ring_result_t ring__sm_setup(ring_comm_t *comm);
 void ring__sm_fini(ring_comm_t *comm);
 int ring__sm_available(const ring_comm_t *comm);
-void ring__sm_note(ring_comm_t *comm, const ring__opdesc_t *op, int algo);
+ring_result_t ring__sm_note(ring_comm_t *comm, const ring__opdesc_t *op, int algo);
+/* After every call, whatever its result: this rank will not read the records of op->seq any
+ * more (the writers' room check, ring__callrec_room). */
+void ring__sm_done(ring_comm_t *comm, const ring__opdesc_t *op);
 ring_result_t ring__allreduce_sm(ring_comm_t *comm, const ring__opdesc_t *op, int *ran);
 /* How many calls ran by it on this communicator (tests, perf tools). */
 uint64_t ring__sm_count(const ring_comm_t *comm);

@@ -55,7 +55,7 @@
 #include "shpage.h"
 #include "watch.h"
 
-#define HIST 16 /* records per rank: no rank is that many calls ahead of another */
+#define HIST 16 /* records per rank: a rank waits before it gets that many calls ahead (note) */
 #define TILE ((size_t)32 * 1024)
 /* Rounds whose N inputs together are at most this many bytes take one wait, not two: every
  * rank reduces the whole round itself. On the 2-core VM (medians of 6 runs, N = 4 | 8 ranks,
@@ -84,7 +84,8 @@ typedef struct rec {
 
 typedef struct row {
     _Atomic uint64_t progress; /* 3 t + step, for round t */
-    unsigned char pad[56];
+    _Atomic uint64_t done;     /* calls of this rank that returned: it reads no record of them */
+    unsigned char pad[48];
     rec_t rec[HIST];
 } row_t;
 
@@ -95,6 +96,7 @@ typedef struct sm {
     size_t win;
     uint64_t rounds; /* this rank's rounds so far: the same count on every rank */
     uint64_t ncalls;
+    uint64_t room; /* every rank's done has reached this (ring__callrec_room) */
 } sm_t;
 
 static size_t rows_bytes(int n) { return ((size_t)n * sizeof(row_t) + 4095) & ~(size_t)4095; }
@@ -158,20 +160,34 @@ uint64_t ring__sm_count(const ring_comm_t *comm)
 
 static rec_t *rec_of(sm_t *m, int rank, uint64_t q) { return &m->row[rank].rec[q % HIST]; }
 
-void ring__sm_note(ring_comm_t *comm, const ring__opdesc_t *op, int algo)
+ring_result_t ring__sm_note(ring_comm_t *comm, const ring__opdesc_t *op, int algo)
 {
     sm_t *m = comm->sm;
-    if (!m) return;
-    /* The slot held call q - HIST, which every rank has finished with: readers look at the
-     * fields only after they see seq = q + 1. */
+    if (!m) return RING_OK;
+    /* The slot held call q - HIST: wait until every rank is done with it. A rank can run ahead
+     * of one slow to look (calls that do not need it, like broadcasts from a root, finish
+     * without it), and 16 calls ahead it used to overwrite a record the slow rank had still
+     * to read, which failed a correct call as a mismatch. Readers look at the fields only
+     * after they see seq = q + 1. */
+    ring_result_t rc = ring__callrec_room(comm, op, &m->row[0].done, sizeof(row_t), HIST, &m->room,
+                                          "shared-memory all-reduce records");
+    if (rc != RING_OK) return rc;
     rec_t *r = rec_of(m, comm->rank, op->seq);
     ring__callrec_set(&r->c, op);
     r->algo = algo;
     r->kind = op->mem_device ? KIND_DEVICE : algo == RING__ALGO_SM ? KIND_SM : KIND_OTHER;
     ring__callrec_publish(&r->c, op->seq);
+    return RING_OK;
 }
 
-/* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call. */
+void ring__sm_done(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    sm_t *m = comm->sm;
+    if (m) atomic_store_explicit(&m->row[comm->rank].done, op->seq + 1, memory_order_release);
+}
+
+/* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call (a
+ * rank that did not wait for room in note: a bug, reported). */
 static int rec_read(sm_t *m, int p, uint64_t q, rec_t *out)
 {
     const rec_t *r = rec_of(m, p, q);
@@ -254,10 +270,10 @@ static ring_result_t step(ring_comm_t *comm, sm_t *m, const ring__opdesc_t *op, 
             if (got < 0) {
                 char who[160];
                 ring__peer_desc(comm, checked, who, sizeof who);
-                rc = ring__seterr(comm, RING_ERR_MISMATCH,
-                                  "collective mismatch: %s is %d or more calls past #%llu %s, which this rank (%d) "
-                                  "runs by the shared-memory all-reduce and it did not",
-                                  who, HIST, (unsigned long long)op->seq, ring__coll_name(op->coll), comm->rank);
+                rc = ring__seterr(comm, RING_ERR_INTERNAL,
+                                  "internal error: %s rewrote its record of #%llu %s before this rank (%d) read it "
+                                  "(records are kept for %d calls)",
+                                  who, (unsigned long long)op->seq, ring__coll_name(op->coll), comm->rank, HIST);
                 goto fail;
             }
             if (got == 0) break;

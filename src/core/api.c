@@ -161,8 +161,11 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
         /* Medium sizes: the ring's bytes on the wire with log2 N latencies instead of N-1. */
         return bytes <= ring__rh_max_bytes(comm) ? RING__ALGO_RH : RING__ALGO_RING;
     }
+    /* RING_ALGO=sm forces the page for the barrier too; RING_RD_MAX_BYTES keeps only auto's. */
     if (coll == RING__COLL_BARRIER)
-        return algo == RING__ALGO_RING ? RING__ALGO_RING : sm_ok && !comm->params.rd_max_set ? RING__ALGO_SM : RING__ALGO_RD;
+        return algo == RING__ALGO_RING                                         ? RING__ALGO_RING
+               : sm_ok && (algo == RING__ALGO_SM || !comm->params.rd_max_set) ? RING__ALGO_SM
+                                                                               : RING__ALGO_RD;
     /* With 2 or 3 ranks the tree is as deep as the ring is long; from 4 on it is shallower. */
     if (coll == RING__COLL_BROADCAST)
         return algo == RING__ALGO_RD || algo == RING__ALGO_RH || (algo == RING__ALGO_AUTO && comm->nranks >= 4 && bytes <= comm->params.tree_max_bytes)
@@ -171,16 +174,18 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
     return RING__ALGO_RING;
 }
 
-ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
+static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     int algo = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype));
     /* Ranks in the shared-memory all-reduce read every rank's record of this call (sm.c). */
-    ring__sm_note(comm, op, algo);
+    ring_result_t rc = ring__sm_note(comm, op, algo);
+    if (rc != RING_OK) return rc;
 #if RING_HAVE_CUDA
     /* Device buffers (src/cuda/coll.c): accepted at issue time, run here. */
     if (op->mem_device) return ring__cuda_run_op(comm, op);
     /* Ranks with device buffers on this host read this call's record (src/cuda/direct.c). */
-    ring__direct_note(comm, op);
+    rc = ring__direct_note(comm, op);
+    if (rc != RING_OK) return rc;
 #endif
     if (comm->nranks == 1) {
         /* One rank: the result is the input (x / 1 == x for AVG in every type). */
@@ -193,7 +198,7 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
         /* All-reduce, or barrier: a round with no data (every rank has entered once every rank
          * published it). */
         int ran = 0;
-        ring_result_t rc = ring__allreduce_sm(comm, op, &ran);
+        rc = ring__allreduce_sm(comm, op, &ran);
         if (ran) return rc;
         /* A rank has device buffers (so this is an all-reduce): every host rank takes the
          * ring with it, as the device path does for this algorithm. */
@@ -209,6 +214,18 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
+}
+
+ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    ring_result_t rc = run_op(comm, op);
+    /* Done with this call's records, whatever the result: a rank that is HIST calls ahead
+     * waits for this before it rewrites the slot (ring__callrec_room). */
+    ring__sm_done(comm, op);
+#if RING_HAVE_CUDA
+    ring__direct_done(comm, op);
+#endif
+    return rc;
 }
 
 #define OPDESC(c, sb, rb, n, dt, o, rt)                                                            \

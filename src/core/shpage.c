@@ -18,6 +18,7 @@
 
 #include "bootstrap.h"
 #include "log.h"
+#include "p2p.h"
 #include "shpage.h"
 
 #define HDR_BYTES ((size_t)4096)
@@ -212,4 +213,42 @@ void ring__callrec_copy(ring__callrec_t *out, const ring__callrec_t *r)
 int ring__callrec_same(const ring__callrec_t *a, const ring__callrec_t *b)
 {
     return a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->count == b->count;
+}
+
+ring_result_t ring__callrec_room(ring_comm_t *comm, const ring__opdesc_t *op, const _Atomic uint64_t *done0,
+                                 size_t stride, unsigned hist, uint64_t *room, const char *what)
+{
+    if (op->seq < hist) return RING_OK;
+    const uint64_t need = op->seq - hist + 1; /* calls 0 .. seq - hist returned everywhere */
+    if (*room >= need) return RING_OK;
+    ring__idle_t waited;
+    ring__idle_start(&waited, comm->params.spin_us * 1000LL);
+    int relooked = 0;
+    /* The least count seen (this rank's own: seq calls returned) becomes *room, so that ranks
+     * in step are read once every hist calls, not on every call. */
+    uint64_t least = op->seq;
+    for (int p = 0; p < comm->nranks;) {
+        const _Atomic uint64_t *done = (const _Atomic uint64_t *)((const char *)done0 + (size_t)p * stride);
+        uint64_t v = p == comm->rank ? op->seq : atomic_load_explicit(done, memory_order_acquire);
+        if (v >= need) {
+            least = v < least ? v : least;
+            p++;
+            relooked = 0;
+            ring__idle_progress(&waited);
+            continue;
+        }
+        int64_t idle = ring__idle_ns(&waited);
+        int stop = ring__wait_stop(comm, idle, &relooked);
+        if (stop != RING__WAIT_GO_ON) {
+            char who[160], doing[96];
+            ring__peer_desc(comm, p, who, sizeof who);
+            snprintf(doing, sizeof doing, "finish call #%llu (this rank is %u calls ahead of it)",
+                     (unsigned long long)(need - 1), hist);
+            return ring__wait_stop_error(comm, op, stop, what, who, doing);
+        }
+        if (idle < comm->params.spin_us * 1000LL) ring__spin_once(comm, idle);
+        else ring__nap_ns(idle < 100000000 ? 20000 : 1000000);
+    }
+    *room = least;
+    return RING_OK;
 }

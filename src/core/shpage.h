@@ -55,4 +55,16 @@ void ring__callrec_copy(ring__callrec_t *out, const ring__callrec_t *r);
 /* The same call: collective, count, dtype, op and root. */
 int ring__callrec_same(const ring__callrec_t *a, const ring__callrec_t *b);
 
+/*
+ * Before this rank writes its record of call op->seq into slot op->seq mod hist: wait until
+ * every rank is done with the call that slot held, op->seq - hist. Rank p's done counter (the
+ * number of its calls that returned) is at done0 + p * stride bytes. Without the wait a rank
+ * that ran ahead (a broadcast root, whose sends the transport buffers, needs no one) could
+ * overwrite a record a slow rank had still to read. *room caches the count every rank is
+ * known to have reached. Bounded by RING_TIMEOUT_MS, an abort, a failure or a departure; what
+ * names the records in the error ("shared-memory all-reduce records").
+ */
+ring_result_t ring__callrec_room(ring_comm_t *comm, const ring__opdesc_t *op, const _Atomic uint64_t *done0,
+                                 size_t stride, unsigned hist, uint64_t *room, const char *what);
+
 #endif

@@ -75,7 +75,7 @@
 #include "shpage.h"
 #include "watch.h"
 
-#define HIST 16      /* records per rank: a rank is never that many calls ahead of another */
+#define HIST 16      /* records per rank: a rank waits before it gets that many calls ahead (publish) */
 #define MAPS 32      /* cached mappings per peer */
 #define EXPORTS 16   /* cached handles of this rank's own allocations */
 
@@ -103,7 +103,8 @@ typedef struct row {
     _Atomic uint64_t progress; /* direct calls: 4 (q + 1) + stage */
     _Atomic uint64_t refused;  /* q + 1: this rank could not map a peer's buffer in call q */
     _Atomic uint64_t worked;   /* q + 1: nothing this rank queued in call q touches a peer any more */
-    unsigned char pad[40];
+    _Atomic uint64_t done;     /* calls of this rank that returned: it reads no record of them */
+    unsigned char pad[32];
     rec_t rec[HIST];
 } row_t;
 
@@ -126,6 +127,7 @@ typedef struct direct {
     row_t *row; /* in the page: one per rank */
     int declined;   /* a peer's buffer could not be mapped: no more offers */
     uint64_t tick, ncalls, nones;
+    uint64_t room; /* every rank's done has reached this (ring__callrec_room) */
     map_t *maps;    /* nranks x MAPS */
     export_t exports[EXPORTS];
     int device;     /* of the mappings (one device per communicator's direct calls) */
@@ -223,20 +225,25 @@ uint64_t ring__cuda_direct_one_count(ring_comm_t *comm)
 
 static rec_t *rec_of(direct_t *d, int rank, uint64_t q) { return &d->row[rank].rec[q % HIST]; }
 
-static void rec_publish(direct_t *d, int rank, const ring__opdesc_t *op, const offer_t *fill)
+static ring_result_t rec_publish(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, const offer_t *fill)
 {
-    /* The slot held call seq - HIST, which every rank has finished with (no rank is HIST
-     * calls ahead of another): readers look at the fields only after seeing seq + 1. */
-    rec_t *r = rec_of(d, rank, op->seq);
+    /* The slot held call seq - HIST: wait until every rank is done with it (a rank can run
+     * ahead of one slow to look, sm.c's note says how). Readers look at the fields only
+     * after seeing seq + 1. */
+    ring_result_t rc = ring__callrec_room(comm, op, &d->row[0].done, sizeof(row_t), HIST, &d->room,
+                                          "direct CUDA IPC records");
+    if (rc != RING_OK) return rc;
+    rec_t *r = rec_of(d, comm->rank, op->seq);
     ring__callrec_set(&r->c, op);
     if (fill) r->o = *fill;
     else r->o.kind = REC_HOST; /* readers look no further: the host path's store stays small */
     r->o.pid = d->pid;
     ring__callrec_publish(&r->c, op->seq);
+    return RING_OK;
 }
 
 /* Peer p's record of call q: 1 copied, 0 not there yet, -1 overwritten by a later call (a
- * rank HIST calls ahead: a bug, reported). */
+ * rank that did not wait for room: a bug, reported). */
 static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
 {
     const rec_t *r = rec_of(d, p, q);
@@ -248,10 +255,16 @@ static int rec_read(direct_t *d, int p, uint64_t q, rec_t *out)
     return st;
 }
 
-void ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op)
+ring_result_t ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     direct_t *d = comm->cuda_direct;
-    if (d) rec_publish(d, comm->rank, op, NULL);
+    return d ? rec_publish(comm, d, op, NULL) : RING_OK;
+}
+
+void ring__direct_done(ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    direct_t *d = comm->cuda_direct;
+    if (d) atomic_store_explicit(&d->row[comm->rank].done, op->seq + 1, memory_order_release);
 }
 
 /* ---------- this rank's buffers ---------- */
@@ -522,20 +535,20 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     int idle = 0, queued = 0;
     *ran = 0;
     if (!d) return RING_OK;
+    const rec_t *recs = d->recs;
     if (offer(d, comm, op, &mine, why, sizeof why)) {
-        rec_publish(d, me, op, &mine);
+        RING_CHECK(rec_publish(comm, d, op, &mine));
         RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, me, "%s #%llu: not direct: %s", ring__coll_name(coll),
                  (unsigned long long)op->seq, why);
         return RING_OK;
     }
-    const rec_t *recs = d->recs;
     /* "Inputs ready": the staging stream is a blocking stream, so an event on it follows the
      * work queued before the call on the legacy default stream; waited for below, while the
      * peers arrive. Where both queues are already empty, nothing is queued at all: a rank
      * with no GPU work in the call then never takes a turn on the GPU. */
     RING_CHECK(ring__cuda_stream_idle(comm, st, &idle));
     if (!idle) RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
-    rec_publish(d, me, op, &mine);
+    RING_CHECK(rec_publish(comm, d, op, &mine));
     /* Steps 0 and 1. */
     RING_CHECK(wait_for(comm, d, op, W_RECORDS, 0));
     for (int p = 0; p < n; p++) {

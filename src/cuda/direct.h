@@ -35,8 +35,11 @@ ring_result_t ring__direct_setup(ring_comm_t *comm);
 void ring__direct_fini(ring_comm_t *comm);
 
 /* A collective this rank runs on the host path: its record, so that ranks with device
- * buffers know this call is not direct. No wait; nothing when there is no page. */
-void ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op);
+ * buffers know this call is not direct. Waits only while a rank is HIST calls behind
+ * (ring__callrec_room); nothing when there is no page. */
+ring_result_t ring__direct_note(ring_comm_t *comm, const ring__opdesc_t *op);
+/* After every call, whatever its result: this rank reads no record of op->seq any more. */
+void ring__direct_done(ring_comm_t *comm, const ring__opdesc_t *op);
 
 /*
  * A device-buffer collective (op->mem_device, the calling thread on op->device, stream: the

@@ -102,6 +102,10 @@ typedef struct op {
 typedef struct sockq {
     int fd;
     int peer_closed; /* orderly EOF seen while nothing was pending on this socket */
+    /* The peer closed after bytes no receive has asked for yet: POLLRDHUP would stay up, and
+     * every poll() return at once, until they are read. The receive that takes them sees the
+     * end by POLLIN, so the socket is polled without it. */
+    int eof_after_data;
     op *ops;
     size_t cap, head, count;
 } sockq;
@@ -1035,7 +1039,7 @@ static int tcp_pollfds(void *vc, struct pollfd *fds, int max)
     tcp_conn *c = vc;
     int n = 0;
     for (int i = 0; i < c->nsocks && n < max; i++) {
-        short ev = c->q[i].peer_closed ? 0 : POLLRDHUP;
+        short ev = c->q[i].peer_closed || c->q[i].eof_after_data ? 0 : POLLRDHUP;
         if (c->q[i].count) ev |= c->is_send ? POLLOUT : POLLIN;
         fds[n++] = (struct pollfd){.fd = c->q[i].fd, .events = ev};
     }
@@ -1062,6 +1066,10 @@ static ring_result_t tcp_check(void *vc)
             continue;
         }
         if (k == PEEK_ERROR) return conn_fail(c, RING_ERR_PEER, errno, "connection failed with");
+        if (k == PEEK_DATA && !c->q[i].eof_after_data && (!c->is_send || c->bundle)) {
+            struct pollfd p = {.fd = c->q[i].fd, .events = POLLRDHUP};
+            if (poll(&p, 1, 0) == 1 && (p.revents & POLLRDHUP)) c->q[i].eof_after_data = 1;
+        }
         if (c->is_send && !c->bundle) {
             /* A duplex peer that refused this one-way socket said why on it (listen_pump). */
             if (k == PEEK_REFUSED) return c->failed = nak_error(c->ctx->comm, c->peer);
