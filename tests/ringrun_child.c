@@ -8,6 +8,9 @@
  *   crash R               rank R kills itself with SIGKILL after 0.2 s; the others sleep 10 s
  *   sleep S               print "ready pid=P", sleep S seconds
  *   nointr S              like sleep, but ignore SIGINT
+ *   flood                 print "ready pid=P", then lines on stdout until killed
+ *   count S               print "ready pid=P", count SIGINTs; 0.5 s after the first (or after S s)
+ *                         print "SIGINTs: N" on stderr and exit 0
  *   partial               "partial-R" on stdout and "epartial-R" on stderr, no newline
  *   fds                   list open descriptors above 2, then "fds done"
  *   stdin                 report what stdin is and how many bytes it held
@@ -72,6 +75,13 @@ static void on_sig_ignore(int sig)
 {
     const char *m = sig == SIGINT ? "got SIGINT (ignoring)\n" : "got SIGTERM (ignoring)\n";
     write_all(STDERR_FILENO, m, strlen(m));
+}
+
+static volatile sig_atomic_t nsigint;
+static void on_sig_count(int sig)
+{
+    (void)sig;
+    nsigint++;
 }
 
 static void handle(int sig, void (*fn)(int))
@@ -206,6 +216,15 @@ int main(int argc, char **argv)
         handle(SIGTERM, on_term_exit);
         say(STDOUT_FILENO, "ready pid=%d\n", (int)getpid());
         sleep_s((double)arg_long(argc, argv, 2));
+    } else if (!strcmp(mode, "flood")) {
+        say(STDOUT_FILENO, "ready pid=%d\n", (int)getpid());
+        for (long i = 0;; i++) say(STDOUT_FILENO, "flood r=%d i=%ld\n", rank, i);
+    } else if (!strcmp(mode, "count")) {
+        handle(SIGINT, on_sig_count);
+        say(STDOUT_FILENO, "ready pid=%d\n", (int)getpid());
+        for (long i = 0, s = arg_long(argc, argv, 2); i < s * 100 && !nsigint; i++) sleep_s(0.01);
+        sleep_s(0.5);
+        say(STDERR_FILENO, "SIGINTs: %d\n", (int)nsigint);
     } else if (!strcmp(mode, "partial")) {
         say(STDOUT_FILENO, "partial-%d", rank);
         say(STDERR_FILENO, "epartial-%d", rank);

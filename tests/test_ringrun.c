@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -85,6 +87,10 @@ static void buf_append(buf_t *b, const char *p, size_t n)
 
 /* Starts ringrun with the given arguments (NULL-terminated, after argv[0]). env entries "NAME=VALUE"
  * are set and "NAME" alone unset; RING_SECRET is unset unless given so that ringrun makes its own. */
+/* >= 0: the next run gets this pseudo-terminal (its slave side) as controlling terminal and stdin, in
+ * a session of its own, as a shell in a terminal window would start it. */
+static int run_tty = -1;
+
 static void start_run(run_t *r, const char *const *args, const char *const *env, const char *stdin_data)
 {
     const char *ringrun = env_path("RING_TEST_RINGRUN");
@@ -111,8 +117,13 @@ static void start_run(run_t *r, const char *const *args, const char *const *env,
     pid_t pid = fork();
     cr_assert(pid >= 0, "fork: %s", strerror(errno));
     if (pid == 0) {
-        setpgid(0, 0);
-        dup2(pin[0], 0);
+        if (run_tty >= 0) {
+            if (setsid() < 0 || ioctl(run_tty, TIOCSCTTY, 0) != 0) _exit(125);
+            dup2(run_tty, 0);
+        } else {
+            setpgid(0, 0);
+            dup2(pin[0], 0);
+        }
         dup2(po[1], 1);
         dup2(pe[1], 2);
         /* Nothing from the test runner may leak in: the fd test checks what the ranks inherit. */
@@ -133,7 +144,7 @@ static void start_run(run_t *r, const char *const *args, const char *const *env,
         execv(ringrun, (char *const *)argv);
         _exit(126);
     }
-    setpgid(pid, pid);
+    if (run_tty < 0) setpgid(pid, pid);
     close(pin[0]);
     close(po[1]);
     close(pe[1]);
@@ -801,6 +812,102 @@ static void forwarded_signal(int sig, const char *name)
 RR_TEST(sigint_is_forwarded) { forwarded_signal(SIGINT, "SIGINT"); }
 
 RR_TEST(sigterm_is_forwarded) { forwarded_signal(SIGTERM, "SIGTERM"); }
+
+/* Ctrl-C in a terminal: the terminal sends SIGINT to its whole foreground process group, ringrun
+ * and the ranks alike. Each rank must get it once (ringrun used to forward a second copy, and a
+ * program that takes a second Ctrl-C for "quit now" skipped its clean-up), and ringrun must die
+ * by SIGINT so that a calling shell stops its loop (it often returned 130 instead: it counted a
+ * rank's death from that SIGINT as a failure before it read its own signal). */
+RR_TEST(ctrl_c_in_a_terminal_reaches_each_rank_once_and_ringrun_dies_of_it)
+{
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    cr_assert(master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0, "pseudo-terminal: %s", strerror(errno));
+    const char *name = ptsname(master);
+    cr_assert_not_null(name);
+    int slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    cr_assert(slave >= 0, "%s: %s", name, strerror(errno));
+    const char *args[] = {"-n", "3", CHILD, "count", "5", NULL};
+    run_t r;
+    pid_t pids[3];
+    run_tty = slave;
+    start_run(&r, args, NULL, NULL);
+    run_tty = -1;
+    close(slave);
+    wait_ready(&r, 3, pids);
+    cr_assert_eq(write(master, "\x03", 1), 1, "writing ^C: %s", strerror(errno));
+    finish_run(&r, 8);
+    close(master);
+    const char *want = "SIGINTs: 1\n";
+    int got = 0;
+    for (const char *p = r.b[1].d; p && (p = strstr(p, want)); p++) got++;
+    cr_assert_eq(got, 3, "not every rank got exactly one SIGINT; stderr:\n%s", r.b[1].d);
+    assert_stderr_has(&r, "from the terminal");
+    cr_assert(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGINT,
+              "ringrun status 0x%x after ^C, not death by SIGINT; stderr:\n%s", r.status, r.b[1].d);
+    assert_all_dead(pids, 3);
+    free_run(&r);
+}
+
+/* --timeout holds after a forwarded signal that a rank ignores: the job ends at the timeout, not
+ * when the rank feels like it (it used to run on to its own end). */
+RR_TEST(timeout_still_ends_a_job_whose_ranks_ignore_a_forwarded_signal)
+{
+    const char *args[] = {"-n", "2", "--timeout", "2", CHILD, "nointr", "10", NULL};
+    run_t r;
+    pid_t pids[2];
+    start_run(&r, args, NULL, NULL);
+    wait_ready(&r, 2, pids);
+    cr_assert_eq(kill(r.pid, SIGINT), 0);
+    finish_run(&r, 12);
+    double took = r.t_end - r.t0;
+    cr_assert(took < 5.0, "took %.2f s with --timeout 2; stderr:\n%s", took, r.b[1].d);
+    assert_stderr_has(&r, "ringrun: timeout");
+    check_died_of(&r, SIGINT);
+    assert_all_dead(pids, 2);
+    free_run(&r);
+}
+
+/* A rank that is a shell running the program (not exec'ing it): at teardown the shell dies and
+ * its program is orphaned. ringrun adopts it (subreaper) and ends it too, instead of leaving it
+ * running, holding ports or a GPU, after ringrun returned. */
+RR_TEST(programs_that_a_rank_left_behind_are_torn_down_too)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "'%s' sleep 30; echo late", CHILD);
+    const char *args[] = {"-n", "2", "--timeout", "1", "/bin/sh", "-c", cmd, NULL};
+    run_t r;
+    pid_t pids[2];
+    start_run(&r, args, NULL, NULL);
+    wait_ready(&r, 2, pids);
+    /* Not finish_run: it kills ringrun's process group once ringrun is reaped, orphans included. */
+    cr_assert(pump_until(&r, now_s() + 12, NULL, NULL), "ringrun did not finish; stderr:\n%s", r.b[1].d);
+    cr_assert_eq(waitpid(r.pid, &r.status, 0), r.pid);
+    r.reaped = true;
+    assert_all_dead(pids, 2);
+    killpg(r.pid, SIGKILL);
+    live_pgid = 0;
+    cr_assert_eq(exit_code(&r), 124, "stderr:\n%s", r.b[1].d);
+    cr_assert(!strstr(r.b[0].d ? r.b[0].d : "", "late"), "a shell went on after teardown:\n%s", r.b[0].d);
+    free_run(&r);
+}
+
+/* A reader of ringrun's output that stops reading (a pager left unscrolled) throttles the ranks,
+ * but must not hold up --timeout: ringrun used to sit in a blocking write, and the ranks ran on
+ * until the reader came back. */
+RR_TEST(timeout_holds_while_the_reader_of_the_output_stalls)
+{
+    const char *args[] = {"-n", "1", "--timeout", "1", CHILD, "flood", NULL};
+    run_t r;
+    pid_t pid;
+    start_run(&r, args, NULL, NULL);
+    wait_ready(&r, 1, &pid);
+    sleep_s(2.5); /* not reading: ringrun's writes to us stall once the pipe is full */
+    bool dead = pid_dead(pid);
+    finish_run(&r, 10);
+    cr_assert(dead, "the rank still ran 2.5 s into a 1 s timeout while ringrun's reader stalled");
+    cr_assert_eq(exit_code(&r), 124, "stderr:\n%s", r.b[1].d);
+    free_run(&r);
+}
 
 RR_TEST(second_sigint_kills)
 {

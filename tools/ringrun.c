@@ -10,6 +10,11 @@
  * messages are sometimes placed on one core by the scheduler and every exchange then pays a
  * context switch: on our 2-core machine a 2-rank 4-byte all-reduce alternated between 9 and
  * 20 us from run to run unbound, and stayed at 8.5 us bound.
+ *
+ * Teardown (docs/launch.md): a signal is forwarded once, unless the terminal sent it to the
+ * whole foreground group and so to the ranks already; the timeout and the kill after the grace
+ * period are served even inside a write to a stalled reader; ringrun is the subreaper of what
+ * the ranks start, so a torn-down job leaves nothing running.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,11 +28,13 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -78,6 +85,17 @@ static int outq_n[2];
 static int nopen; /* pipe read ends still open */
 static int nrunning;
 
+/* The job's state: the main loop's, and service()'s (which also runs inside a blocked write). */
+static enum cause cause = C_NONE;
+static int exit_code, cause_sig, nsig;
+static double timeout_s, t_timeout, t_kill;
+/* Once teardown began: what processes the ranks leave behind get when ringrun adopts them
+ * (PR_SET_CHILD_SUBREAPER). 0: nothing. */
+static int orphan_sig;
+/* Messages from service(), printed by the main loop: service() may run inside a write. */
+static char notes[2048];
+static size_t notes_len;
+
 static int sig_pipe[2] = {-1, -1};
 static const int fwd_sigs[] = {SIGINT, SIGTERM, SIGHUP};
 static bool sig_installed[NSIG];
@@ -127,19 +145,46 @@ static void usage(FILE *f)
 
 /* ---------- output ---------- */
 
-/* Writes everything, so that a slow reader of our stdout throttles the ranks instead of losing lines. */
+static void service(void);
+static double next_timer(void);
+
+/* How much one write may carry: a pipe, terminal or socket that poll() called writable takes
+ * PIPE_BUF bytes without blocking; a file takes anything. */
+static size_t write_limit(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) ? SIZE_MAX : PIPE_BUF;
+}
+
+/* Writes everything, so that a slow reader of our stdout throttles the ranks instead of losing
+ * lines. It waits in poll(), not in a blocking write, and serves signals and timers meanwhile:
+ * a reader that stalls (a pager left unscrolled) must not hold up --timeout or Ctrl-C. */
 static void writev_all(int s, struct iovec *iov, int n)
 {
     int fd = s == S_OUT ? STDOUT_FILENO : STDERR_FILENO;
+    static size_t limit[2];
+    if (!limit[s]) limit[s] = write_limit(fd);
     while (n > 0 && !out_broken[s]) {
-        ssize_t w = writev(fd, iov, n > IOV_MAX ? IOV_MAX : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                (void)poll(&p, 1, -1);
-                continue;
+        struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = sig_pipe[0], .events = POLLIN}};
+        double next = next_timer(), d = next ? (next - now_s()) * 1000.0 + 1.0 : -1.0;
+        int wait_ms = !next ? -1 : d < 0 ? 0 : d > INT_MAX ? INT_MAX : (int)d;
+        int pr = poll(p, sig_pipe[0] >= 0 ? 2 : 1, wait_ms);
+        service();
+        if (pr <= 0 || !p[0].revents) continue;
+        /* Cut the batch at the limit; the iovec cut short gets its rest back after the write. */
+        int k = 0;
+        size_t total = 0, cut_len = 0;
+        while (k < n && k < IOV_MAX && total < limit[s]) {
+            if (iov[k].iov_len > limit[s] - total) {
+                cut_len = iov[k].iov_len;
+                iov[k].iov_len = limit[s] - total;
             }
+            total += iov[k++].iov_len;
+        }
+        ssize_t w = writev(fd, iov, k);
+        if (cut_len) iov[k - 1].iov_len = cut_len;
+        if (w < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
             /* Our reader went away (EPIPE): keep draining the ranks so they do not block. */
             out_broken[s] = true;
             return;
@@ -246,6 +291,35 @@ static void msg(const char *fmt, ...)
     if (o >= 0) pump(S_ERR);
 }
 
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    if (notes_len + 2 > sizeof notes) return;
+    size_t avail = sizeof notes - notes_len - 1; /* one byte stays for the newline */
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(notes + notes_len, avail, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    notes_len += (size_t)n < avail ? (size_t)n : avail - 1;
+    notes[notes_len++] = '\n';
+}
+
+static void flush_notes(void)
+{
+    while (notes_len) {
+        char copy[sizeof notes];
+        size_t len = notes_len;
+        memcpy(copy, notes, len);
+        notes_len = 0; /* msg's write may run service(), which may add more */
+        for (char *p = copy, *end = copy + len; p < end;) {
+            char *nl = memchr(p, '\n', (size_t)(end - p));
+            msg("%.*s", (int)(nl - p), p);
+            p = nl + 1;
+        }
+    }
+}
+
 static void close_stream(struct obuf *b)
 {
     if (b->fd >= 0) {
@@ -295,10 +369,14 @@ static const char *sig_name(int sig)
     }
 }
 
-static void on_signal(int sig)
+/* The byte is the signal number, with 0x80 when the kernel sent it (SI_KERNEL): a terminal's
+ * Ctrl-C, quit or hangup, which went to its whole foreground process group. */
+static void on_signal(int sig, siginfo_t *si, void *uc)
 {
+    (void)uc;
     int saved = errno;
     unsigned char c = (unsigned char)sig;
+    if (si && si->si_code == SI_KERNEL) c |= 0x80;
     /* A full self-pipe already wakes the loop; dropping a byte then loses nothing that matters. */
     ssize_t w = write(sig_pipe[1], &c, 1);
     (void)w;
@@ -310,9 +388,9 @@ static void install_signals(void)
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe: %s", strerror(errno));
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) {
         struct sigaction old;
         sigaction(fwd_sigs[i], NULL, &old);
@@ -321,7 +399,7 @@ static void install_signals(void)
         sigaction(fwd_sigs[i], &sa, NULL);
         sig_installed[fwd_sigs[i]] = true;
     }
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL);
     sig_installed[SIGCHLD] = true;
 
@@ -525,10 +603,108 @@ static void __attribute__((noreturn)) child_exec(const struct launch *L, int r, 
     _exit(e == ENOENT ? 127 : 126);
 }
 
-static void signal_running(int sig)
+/* from_tty: the terminal sent sig to its foreground process group, which holds ringrun and so
+ * the ranks (and what they started) too, unless one moved to a group of its own: a second copy
+ * would make one Ctrl-C look like two to a program that treats the second as "force quit". */
+static bool skip_for_tty(pid_t pid, bool from_tty) { return from_tty && getpgid(pid) == getpgrp(); }
+
+/* Processes the ranks started and left behind: ringrun is their subreaper, so they are its
+ * children once their parent died (a rank that is a shell script, killed, leaves its program). */
+static int signal_orphans(int sig, bool from_tty)
+{
+    int n = 0;
+#ifdef __linux__
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        int r;
+        for (r = 0; r < nranks && ranks[r].pid != (pid_t)pid; r++) {}
+        if (r < nranks || skip_for_tty((pid_t)pid, from_tty)) continue;
+        if (kill((pid_t)pid, sig) == 0) n++;
+    }
+    fclose(f);
+#else
+    (void)sig;
+    (void)from_tty;
+#endif
+    return n;
+}
+
+static void signal_job(int sig, bool from_tty)
 {
     for (int r = 0; r < nranks; r++)
-        if (ranks[r].running) kill(ranks[r].pid, sig);
+        if (ranks[r].running && !skip_for_tty(ranks[r].pid, from_tty)) kill(ranks[r].pid, sig);
+    signal_orphans(sig, from_tty);
+}
+
+/* Signals ringrun got, in order. The first is forwarded (unless the terminal already sent it
+ * to the ranks) and, if nothing else failed first, becomes the job's end; a second kills. */
+static void take_signals(void)
+{
+    unsigned char sigs[64];
+    ssize_t n;
+    while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            int sig = sigs[i] & 0x7f;
+            bool tty = sigs[i] & 0x80;
+            if (sig == SIGCHLD) continue;
+            if (++nsig > 1) {
+                signal_job(SIGKILL, false);
+                orphan_sig = SIGKILL;
+                continue;
+            }
+            if (cause == C_NONE) {
+                cause = C_SIGNAL;
+                cause_sig = sig;
+            }
+            if (tty) {
+                note("got %s from the terminal, which sent it to the ranks too (send again to kill them)", sig_name(sig));
+            } else {
+                note("got %s; forwarding it to the ranks (send again to kill them)", sig_name(sig));
+                if (!orphan_sig) orphan_sig = sig;
+            }
+            signal_job(sig, tty);
+        }
+    }
+}
+
+/* The earliest of the timeout and the kill after the grace period (0: none). */
+static double next_timer(void)
+{
+    double next = t_timeout;
+    if (t_kill && (!next || t_kill < next)) next = t_kill;
+    return next;
+}
+
+static void check_timers(double now)
+{
+    if (t_timeout && now >= t_timeout) {
+        t_timeout = 0;
+        /* Ranks that all finished in time are not a timeout, even if a leftover grandchild still
+         * holds a pipe. Ranks still running after a forwarded signal are stopped all the same. */
+        if (nrunning > 0 && (cause == C_NONE || cause == C_SIGNAL)) {
+            if (cause == C_NONE) cause = C_TIMEOUT;
+            note("timeout after %g s; terminating %d running rank%s", timeout_s, nrunning, nrunning == 1 ? "" : "s");
+            signal_job(SIGTERM, false);
+            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
+            if (!t_kill) t_kill = now + KILL_GRACE_S;
+        }
+    }
+    if (t_kill && now >= t_kill) {
+        t_kill = 0;
+        signal_job(SIGKILL, false);
+        orphan_sig = SIGKILL;
+    }
+}
+
+/* What the main loop does between reads, for waits elsewhere (a blocked write). */
+static void service(void)
+{
+    take_signals();
+    check_timers(now_s());
 }
 
 static void spawn_all(const struct launch *L)
@@ -541,7 +717,7 @@ static void spawn_all(const struct launch *L)
         int po[2], pe[2];
         if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
             msg("pipe for rank %d: %s", r, strerror(errno));
-            signal_running(SIGKILL);
+            signal_job(SIGKILL, false);
             exit(1);
         }
         /* Blocked across fork so that a signal landing before exec cannot run our handler in the
@@ -557,7 +733,7 @@ static void spawn_all(const struct launch *L)
             close(po[0]);
             close(pe[0]);
             msg("fork for rank %d: %s", r, strerror(fork_err));
-            signal_running(SIGKILL);
+            signal_job(SIGKILL, false);
             exit(1);
         }
         rk->pid = pid;
@@ -675,6 +851,11 @@ int main(int argc, char **argv)
 
     raise_nofile();
     install_signals();
+#ifdef __linux__
+    /* Processes a rank starts become ringrun's when the rank dies, so that teardown reaches
+     * them too (a rank that is a shell script would otherwise leave its program running). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+#endif
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) die("cannot open /dev/null: %s", strerror(errno));
 
@@ -700,51 +881,47 @@ int main(int argc, char **argv)
     int *pfd_rs = calloc((size_t)nranks * 2 + 1, sizeof *pfd_rs);
     if (!pfd || !pfd_rs) die("out of memory");
 
-    enum cause cause = C_NONE;
-    int exit_code = 0, cause_sig = 0, nsig = 0;
-    double t0 = now_s();
-    double t_timeout = timeout > 0 ? t0 + timeout : 0;
-    double t_kill = 0, t_drain = 0;
+    timeout_s = timeout;
+    double t_drain = 0;
+    t_timeout = timeout > 0 ? now_s() + timeout : 0;
 
     while (nrunning > 0 || nopen > 0) {
+        take_signals();
         /* Reap first and unconditionally: the SIGCHLD byte is only a wake-up, one may stand for many exits. */
         int st;
         pid_t pid;
+        bool reaped = false;
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+            reaped = true;
             int r;
             for (r = 0; r < nranks && ranks[r].pid != pid; r++) {}
             if (r == nranks || !ranks[r].running) continue;
             ranks[r].running = false;
             nrunning--;
             bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+            /* A signal that reached ringrun and the rank at once (the terminal's Ctrl-C) was
+             * handled before waitpid returned: take it first, so that the rank's death is its
+             * consequence and ringrun ends by that signal. */
+            if (!ok) take_signals();
             if (ok || cause != C_NONE) continue; /* failures after teardown began are its consequences */
             cause = C_RANK;
             if (WIFEXITED(st)) {
                 exit_code = WEXITSTATUS(st);
-                msg("rank %d exited with status %d", r, exit_code);
+                note("rank %d exited with status %d", r, exit_code);
             } else {
                 exit_code = 128 + WTERMSIG(st);
-                msg("rank %d killed by signal %d (%s)", r, WTERMSIG(st), strsignal(WTERMSIG(st)));
+                note("rank %d killed by signal %d (%s)", r, WTERMSIG(st), strsignal(WTERMSIG(st)));
             }
-            signal_running(SIGTERM);
+            signal_job(SIGTERM, false);
+            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
             t_kill = now_s() + KILL_GRACE_S;
         }
+        /* A rank that died may have left processes behind, now ringrun's children. */
+        if (reaped && orphan_sig) signal_orphans(orphan_sig, false);
 
         double now = now_s();
-        if (t_timeout && now >= t_timeout) {
-            t_timeout = 0;
-            /* Ranks that all finished in time are not a timeout, even if a leftover grandchild still holds a pipe. */
-            if (cause == C_NONE && nrunning > 0) {
-                cause = C_TIMEOUT;
-                msg("timeout after %g s; terminating %d running rank%s", timeout, nrunning, nrunning == 1 ? "" : "s");
-                signal_running(SIGTERM);
-                t_kill = now + KILL_GRACE_S;
-            }
-        }
-        if (t_kill && now >= t_kill) {
-            t_kill = 0;
-            signal_running(SIGKILL);
-        }
+        check_timers(now);
+        flush_notes();
         if (nrunning == 0) {
             if (!t_drain) t_drain = now + DRAIN_S;
             if (now >= t_drain) break;
@@ -771,37 +948,25 @@ int main(int argc, char **argv)
                 }
         int pr = poll(pfd, (nfds_t)np, wait_ms);
         if (pr < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR) continue; /* the signal's byte is taken at the top */
             die("poll: %s", strerror(errno));
-        }
-        if (pfd[0].revents & POLLIN) {
-            unsigned char sigs[64];
-            ssize_t n;
-            while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0) {
-                for (ssize_t i = 0; i < n; i++) {
-                    int sig = sigs[i];
-                    if (sig == SIGCHLD) continue;
-                    if (++nsig == 1) {
-                        if (cause == C_NONE) {
-                            cause = C_SIGNAL;
-                            cause_sig = sig;
-                        }
-                        msg("got %s; forwarding it to the ranks (send again to kill them)", sig_name(sig));
-                        signal_running(sig);
-                    } else {
-                        signal_running(SIGKILL);
-                    }
-                }
-            }
         }
         for (int i = 1; i < np; i++)
             if (pfd[i].revents) read_stream(pfd_rs[i] / 2, pfd_rs[i] % 2);
     }
+    take_signals();
+    /* A job torn down leaves nothing running: what the ranks started and left goes too. */
+    if (cause != C_NONE) {
+        int k = signal_orphans(SIGKILL, false);
+        if (k) note("killed %d process%s the ranks had left behind", k, k == 1 ? "" : "es");
+    }
+    flush_notes();
 
     for (int r = 0; r < nranks; r++)
         for (int s = 0; s < 2; s++) close_stream(&ranks[r].b[s]);
     pump(S_OUT);
     pump(S_ERR);
+    flush_notes();
     for (int r = 0; r < nranks; r++) {
         free(ranks[r].b[S_OUT].data);
         free(ranks[r].b[S_ERR].data);
