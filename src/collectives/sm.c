@@ -84,8 +84,11 @@ typedef struct rec {
 
 typedef struct row {
     _Atomic uint64_t progress; /* 3 t + step, for round t */
-    _Atomic uint64_t done;     /* calls of this rank that returned: it reads no record of them */
-    unsigned char pad[48];
+    unsigned char pad[56];
+    /* Calls of this rank that returned: it reads no record of them. Not on progress's line,
+     * which the other ranks spin on: a store here would take it from them once more per call. */
+    _Atomic uint64_t done;
+    unsigned char pad2[56];
     rec_t rec[HIST];
 } row_t;
 
