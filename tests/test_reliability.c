@@ -36,12 +36,14 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -170,9 +172,32 @@ int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
     return __real_pthread_create(t, attr, fn, arg);
 }
 
+/* Fault injection (--wrap=open64): this thread opens the shared-memory all-reduce's page (a
+ * name ending in "-sm") this many ms late, as a rank slow to get there would. */
+static __thread int slow_page_ms;
+int __real_open64(const char *path, int flags, ...);
+int __wrap_open64(const char *path, int flags, ...);
+int __wrap_open64(const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    size_t l = strlen(path);
+    if (slow_page_ms > 0 && !(flags & O_CREAT) && l > 3 && !strcmp(path + l - 3, "-sm")) {
+        struct timespec ts = {slow_page_ms / 1000, (long)(slow_page_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return __real_open64(path, flags, mode);
+}
+
 typedef struct init_arg {
     int n, rank;
     int fail_create_at; /* 0, or which of init's thread starts fails */
+    int slow_page_ms;   /* see __wrap_open64 */
     char root[64];
     int timeout_ms;     /* 0: default */
     const char *secret; /* NULL: SECRET */
@@ -194,6 +219,7 @@ static void *init_main(void *p)
     if (a->chunk_bytes) cfg.chunk_bytes = a->chunk_bytes;
     if (a->depth) cfg.pipeline_depth = a->depth;
     fail_create_at = a->fail_create_at;
+    slow_page_ms = a->slow_page_ms;
     a->rc = ring_comm_init_config(&a->comm, a->n, a->rank, a->root, &cfg);
     if (a->rc == RING_OK) atomic_fetch_add(&inits_ok, 1);
     /* The failure text of init is thread-local (or on the shell communicator). */
@@ -2029,6 +2055,40 @@ Test(departure, init_that_fails_at_its_end_tells_every_rank_why, .timeout = 60)
         }
         cr_assert_eq(ring_comm_destroy(a[bad].comm), RING_OK);
     }
+}
+
+/* A rank whose init fails while the root still waits for the others in init (here: for rank 1,
+ * slow to open the shared-memory all-reduce's page): the root's init fails naming the rank and
+ * its reason, not "died during init", because the failing rank said why on its star connection
+ * before it closed it; and rank 1 learns it from the root instead of waiting its whole timeout
+ * for a page the root will not make. */
+Test(departure, init_that_fails_while_the_root_waits_in_init_is_named_with_its_reason, .timeout = 60)
+{
+    clear_env();
+    init_arg a[3];
+    int port = free_port();
+    atomic_store(&inits_ok, 0);
+    atomic_store(&fail_create_after, 0);
+    for (int r = 0; r < 3; r++) {
+        a[r] = (init_arg){.n = 3, .rank = r, .timeout_ms = 20000, .fail_create_at = r == 2 ? 2 : 0,
+                          .slow_page_ms = r == 1 ? 1500 : 0};
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+        cr_assert_eq(pthread_create(&a[r].t, NULL, init_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 3; r++) pthread_join(a[r].t, NULL);
+    for (int r = 0; r < 3; r++)
+        cr_log_info("rank %d: %s: %s", r, ring_result_name(a[r].rc), a[r].rc ? a[r].msg : "");
+    cr_assert_eq(a[2].rc, RING_ERR_SYSTEM, "rank 2: %s: %s", ring_result_name(a[2].rc), a[2].msg);
+    cr_assert_eq(a[0].rc, RING_ERR_PEER, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
+    cr_assert(strstr(a[0].msg, "rank 2") && strstr(a[0].msg, "failed during init") &&
+                  strstr(a[0].msg, "cannot start the progress thread"),
+              "rank 0: %s", a[0].msg);
+    /* Rank 1, still waiting for the page that rank 0 will not make now, hears it from rank 0 at
+     * once instead of waiting out its 20 s for the file. */
+    cr_assert_eq(a[1].rc, RING_ERR_PEER, "rank 1: %s: %s", ring_result_name(a[1].rc), a[1].msg);
+    cr_assert(strstr(a[1].msg, "rank 2") && strstr(a[1].msg, "cannot start the progress thread"), "rank 1: %s",
+              a[1].msg);
+    for (int r = 0; r < 3; r++) ring_comm_destroy(a[r].comm);
 }
 
 /* Accept one connection on lfd within ms: the fd, or -1. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "log.h"
 #include "p2p.h"
 #include "shpage.h"
+#include "watch.h"
 
 #define HDR_BYTES ((size_t)4096)
 #define SHPAGE_MAGIC 0x52475350u /* "RGSP" */
@@ -35,6 +37,38 @@ typedef struct hdr {
     _Atomic uint32_t opened; /* ranks other than 0 that mapped the file */
 } hdr_t;
 
+/* A rank whose init failed after the bootstrap says why on its star connection before it
+ * closes it (watch.c): its own text, or NULL if none came. */
+static const char *notice_on(int fd, char *text, size_t len)
+{
+    unsigned char f[RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX];
+    ssize_t k = recv(fd, f, sizeof f, MSG_PEEK | MSG_DONTWAIT);
+    uint32_t type, origin, code;
+    const unsigned char *t;
+    size_t tl;
+    if (k <= 0 || ring__notice_parse(f, (size_t)k, &type, &origin, &code, &t, &tl) <= 0 || type != RING__NOTICE_FAIL)
+        return NULL;
+    snprintf(text, len, "%.*s", (int)tl, (const char *)t);
+    return text;
+}
+
+/* Rank r's star connection (fd) while this rank waits for it in init: RING_OK while it is up;
+ * closed, RING_ERR_PEER with the rank's reason if it sent one, or "died". The root's notices
+ * name the root themselves. */
+static ring_result_t star_closed(ring_comm_t *comm, int fd, int r, const char *what)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+    if (fd < 0 || poll(&pf, 1, 0) <= 0 || !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) return RING_OK;
+    char text[RING__NOTICE_TEXT_MAX + 1];
+    const char *why = notice_on(fd, text, sizeof text);
+    if (why && r == 0) return ring__seterr(comm, RING_ERR_PEER, "%s: during init: %s", what, why);
+    if (why)
+        return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) failed during init: %s", what, r,
+                            comm->peers[r].host, comm->peers[r].pid, why);
+    return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died during init", what, r, comm->peers[r].host,
+                        comm->peers[r].pid);
+}
+
 /* Rank 0: wait until every other rank mapped the page, then remove its name. */
 static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, const char *what)
 {
@@ -42,10 +76,8 @@ static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, 
     while (atomic_load_explicit(&h->opened, memory_order_acquire) != (uint32_t)comm->nranks - 1) {
         /* A rank that dies in init never opens it: its bootstrap connection says so. */
         for (int r = 1; r < comm->nranks && comm->bs && comm->bs->rank_fds; r++) {
-            struct pollfd pf = {.fd = comm->bs->rank_fds[r], .events = POLLRDHUP};
-            if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died during init", what, r,
-                                    comm->peers[r].host, comm->peers[r].pid);
+            ring_result_t rc = star_closed(comm, comm->bs->rank_fds[r], r, what);
+            if (rc != RING_OK) return rc;
         }
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT, "%s: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
@@ -70,6 +102,9 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
         if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)HDR_BYTES) break;
         if (fd < 0 && errno != ENOENT) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot open %s", what, path);
         if (fd >= 0) close(fd);
+        /* Rank 0 makes the file: if it failed or died in init, it never will. */
+        ring_result_t rc = comm->bs ? star_closed(comm, comm->bs->root_fd, 0, what) : RING_OK;
+        if (rc != RING_OK) return rc;
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT,
                                 "%s: rank 0 did not make %s within %d ms (RING_TIMEOUT_MS); is RING_SHM_DIR the same on "
