@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <poll.h>
@@ -22,6 +23,7 @@
 #include "net.h"
 #include "engine.h"
 #include "internal.h"
+#include "log.h"
 #include "p2p.h"
 #include "param.h"
 #include "partition.h"
@@ -174,6 +176,11 @@ Test(param, parse_int)
     cr_assert_neq(ring__parse_int("4x", 0, 100, &v), 0);
     cr_assert_neq(ring__parse_int("", 0, 100, &v), 0);
     cr_assert_neq(ring__parse_int(NULL, 0, 100, &v), 0);
+    /* No digits is not 0 (RING_RANK=" " used to be rank 0; RING_IB_RETRY_CNT=" " no retries). */
+    cr_assert_neq(ring__parse_int(" ", 0, 100, &v), 0);
+    cr_assert_neq(ring__parse_int(" \t", 0, 100, &v), 0);
+    cr_assert_eq(ring__parse_int(" 7 ", 0, 100, &v), 0);
+    cr_assert_eq(v, 7);
 }
 
 Test(param, parse_hostport)
@@ -242,14 +249,33 @@ Test(param, env_bootstrap_order)
     cr_assert_eq(eb.rank, 1);
     cr_assert_eq(eb.nranks, 3);
 
+    /* Inside an sbatch/salloc allocation every process inherits SLURM_PROCID/SLURM_NTASKS,
+     * those that Hydra's mpiexec or mpirun start too: the launcher that started the process
+     * comes first (with -n1 every rank was "rank 0 of 1" and ran alone). */
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "pmi");
+    cr_assert_eq(eb.rank, 1);
+    cr_assert_eq(eb.nranks, 3);
     setenv("OMPI_COMM_WORLD_RANK", "2", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
     cr_assert_str_eq(eb.source, "openmpi");
-    setenv("SLURM_PROCID", "0", 1);
-    setenv("SLURM_NTASKS", "2", 1);
+    cr_assert_eq(eb.rank, 2);
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "slurm", "srun alone");
+    /* Set but empty is unset: the search goes on. */
+    setenv("OMPI_COMM_WORLD_RANK", "", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
     cr_assert_str_eq(eb.source, "slurm");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
 
     unsetenv("RING_ROOT");
     setenv("RANK", "3", 1);
@@ -260,6 +286,13 @@ Test(param, env_bootstrap_order)
     cr_assert_str_eq(eb.source, "torchrun");
     cr_assert_str_eq(eb.root, "node0:29501", "torchrun's store holds MASTER_PORT itself");
     cr_assert_eq(eb.rank, 3);
+    setenv("MASTER_ADDR", "fd00::1", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.root, "[fd00::1]:29501");
+    setenv("MASTER_ADDR", "[fd00::1]", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.root, "[fd00::1]:29501", "brackets given are not doubled");
+    setenv("MASTER_ADDR", "node0", 1);
 
     setenv("RING_RANK", "0", 1);
     setenv("RING_NRANKS", "2", 1);
@@ -1507,4 +1540,77 @@ Test(pair, algo_sm_forces_the_page_for_the_barrier_too)
         ring_comm_destroy(c[0]);
         ring_comm_destroy(c[1]);
     }
+}
+
+/* RING_DEBUG_FILE longer than the 511 bytes the name may have: the log stays on stderr. It used
+ * to be cut to another name (here a file "log-nnnn..." beside the one meant), and a long host
+ * name in %h wrote past the end of the name's buffer. */
+Test(log, an_overlong_debug_file_name_is_not_cut_to_another_file)
+{
+    clear_env();
+    char dir[] = "/tmp/ringlog-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char pattern[1024];
+    int o = snprintf(pattern, sizeof pattern, "%s/", dir);
+    for (int i = 0; i < 220; i++) o += snprintf(pattern + o, sizeof pattern - (size_t)o, "./");
+    o += snprintf(pattern + o, sizeof pattern - (size_t)o, "log-");
+    for (int i = 0; i < 100; i++) pattern[o++] = 'n';
+    snprintf(pattern + o, sizeof pattern - (size_t)o, "-%%h-%%p");
+    cr_assert_gt(strlen(pattern), 511);
+    setenv("RING_DEBUG", "WARN", 1);
+    setenv("RING_DEBUG_FILE", pattern, 1);
+    ring__log_init();
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            cr_log_error("made: %s", e->d_name);
+            n++;
+        }
+    closedir(d);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(n, 0, "a log file was made under a cut name");
+    clear_env();
+}
+
+/* A shared-memory peer that publishes its last message while this rank's sleep flag is down (so
+ * it rings no doorbell) and then closes its socket: the message can be taken at once, so the
+ * wait must not sleep (pollfds used to return no descriptor, and the rank slept up to 1 s on
+ * the others with the data ready). */
+Test(pair, shm_peer_that_closed_after_its_last_publish_does_not_put_the_receiver_to_sleep, .timeout = 30)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "shm", 1);
+    ring_comm_t *c[2];
+    init_pair(&c[0], &c[1]);
+    void *rx = c[1]->conn_recv[0], *tx = c[0]->conn_send[1];
+    const ring__transport_t *tp = ring__tp_of(rx);
+    cr_assert_str_eq(tp->name, "shm");
+    char out[64] = "published, then the socket closed", in[64] = "";
+    void *rreq = NULL, *sreq = NULL;
+    cr_assert_eq(tp->irecv(rx, in, sizeof in, NULL, &rreq), RING_OK);
+    cr_assert_not_null(rreq);
+    cr_assert_eq(ring__tp_of(tx)->isend(tx, out, sizeof out, NULL, &sreq), RING_OK);
+    int moved = 0, done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        cr_assert_eq(ring__tp_of(tx)->progress(tx, &moved), RING_OK);
+        cr_assert_eq(ring__tp_of(tx)->test(sreq, &done), RING_OK);
+    }
+    cr_assert(done, "the send was not published");
+    cr_assert_eq(ring_comm_destroy(c[0]), RING_OK);
+    usleep(50000);
+    struct pollfd fds[4];
+    cr_assert_eq(tp->pollfds(rx, fds, 4), -1, "the receive can complete now: no sleep");
+    done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        cr_assert_eq(tp->progress(rx, &moved), RING_OK, "%s", ring_comm_last_error(c[1]));
+        cr_assert_eq(tp->test(rreq, &done), RING_OK);
+    }
+    cr_assert(done);
+    cr_assert_str_eq(in, out);
+    ring_comm_destroy(c[1]);
 }

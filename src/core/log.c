@@ -41,24 +41,36 @@ static void parse_subsys(const char *v)
     ring__log_subsys_v = negate ? (RING_SUB_ALL & ~mask) : mask;
 }
 
+/* The log file's name from RING_DEBUG_FILE: %h the host name, %p the pid. A name that does
+ * not fit stays unopened (the log stays on stderr and says so): a cut name would be another
+ * file. */
 static void open_file(const char *pattern)
 {
     char path[512];
     size_t o = 0;
-    for (const char *p = pattern; *p && o + 32 < sizeof path; p++) {
+    int fits = 1;
+    for (const char *p = pattern; *p && fits; p++) {
+        int k;
         if (p[0] == '%' && p[1] == 'h') {
-            o += (size_t)snprintf(path + o, sizeof path - o, "%s", log_host);
+            k = snprintf(path + o, sizeof path - o, "%s", log_host);
             p++;
         } else if (p[0] == '%' && p[1] == 'p') {
-            o += (size_t)snprintf(path + o, sizeof path - o, "%d", (int)getpid());
+            k = snprintf(path + o, sizeof path - o, "%d", (int)getpid());
             p++;
         } else {
-            path[o++] = *p;
+            k = o + 1 < sizeof path ? (path[o] = *p, 1) : -1;
         }
+        if (k < 0 || (size_t)k >= sizeof path - o) fits = 0;
+        else o += (size_t)k;
     }
     path[o] = '\0';
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = fits ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     if (fd >= 0) log_fd = fd;
+    else if (!fits) {
+        static const char m[] = "ringcomm: RING_DEBUG_FILE names a path longer than 511 bytes; logging to stderr\n";
+        ssize_t w = write(STDERR_FILENO, m, sizeof m - 1);
+        (void)w;
+    }
 }
 
 static void do_init(void)
@@ -67,7 +79,7 @@ static void do_init(void)
     log_host[sizeof log_host - 1] = '\0';
     int level = RING_LOG_NONE;
     const char *v = getenv("RING_DEBUG");
-    if (v) {
+    if (v && *v) { /* empty is unset, as for every RING_* variable */
         if (!strcasecmp(v, "WARN")) level = RING_LOG_WARN;
         else if (!strcasecmp(v, "INFO")) level = RING_LOG_INFO;
         else if (!strcasecmp(v, "TRACE")) level = RING_LOG_TRACE;

@@ -26,10 +26,12 @@ void ring__log(int level, unsigned subsys, int rank, const char *fmt, ...)
 
 static inline int ring__log_on(int level, unsigned subsys)
 {
-    int l = atomic_load_explicit(&ring__log_level_v, memory_order_relaxed);
+    /* Acquire: the level is stored last (do_init), after the file, host and subsystems that a
+     * thread seeing it then uses. */
+    int l = atomic_load_explicit(&ring__log_level_v, memory_order_acquire);
     if (l < 0) {
         ring__log_init();
-        l = atomic_load_explicit(&ring__log_level_v, memory_order_relaxed);
+        l = atomic_load_explicit(&ring__log_level_v, memory_order_acquire);
     }
     return level <= l && (subsys & ring__log_subsys_v);
 }

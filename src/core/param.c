@@ -42,8 +42,9 @@ int ring__parse_int(const char *s, long long lo, long long hi, long long *out)
     errno = 0;
     char *end;
     long long v = strtoll(s, &end, 10);
+    if (end == s) return -1; /* no digits: "" and "  " are not 0 */
     while (isspace((unsigned char)*end)) end++;
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    if (errno || *end || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }
@@ -372,16 +373,22 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
     static const struct {
         const char *rank, *size, *source;
     } sources[] = {
+        /* The launcher that started this process before the ones around it: every process of an
+         * sbatch/salloc allocation inherits SLURM_PROCID and SLURM_NTASKS, also those that
+         * mpirun or Hydra's mpiexec start inside it, where they name the allocation's task (with
+         * -n1, every rank would be "rank 0 of 1" and run alone). Under srun --mpi=pmi2 PMI and
+         * Slurm agree. */
         {"RING_RANK", "RING_NRANKS", "RING_*"},
         {"RANK", "WORLD_SIZE", "torchrun"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"},
         {"PMI_RANK", "PMI_SIZE", "pmi"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
     };
     ring_result_t rc;
     memset(eb, 0, sizeof *eb);
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
-        if (!getenv(sources[i].rank) || !getenv(sources[i].size)) continue;
+        const char *r = getenv(sources[i].rank), *n = getenv(sources[i].size);
+        if (!r || !*r || !n || !*n) continue; /* empty is unset, as for every RING_* variable */
         eb->source = sources[i].source;
         RING_CHECK(need_int(sources[i].size, eb->source, 1, 1 << 20, &eb->nranks));
         RING_CHECK(need_int(sources[i].rank, eb->source, 0, eb->nranks - 1, &eb->rank));
@@ -397,6 +404,14 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
     } else if (!strcmp(eb->source, "torchrun") && getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
         long long port;
         const char *addr = getenv("MASTER_ADDR");
+        char bare[256];
+        size_t al = strlen(addr);
+        if (addr[0] == '[' && al > 2 && addr[al - 1] == ']' && al - 2 < sizeof bare) {
+            /* "[fd00::1]": the brackets belong to host:port syntax, which this adds itself. */
+            memcpy(bare, addr + 1, al - 2);
+            bare[al - 2] = '\0';
+            addr = bare;
+        }
         if (ring__parse_int(getenv("MASTER_PORT"), 1, 65534, &port) != 0)
             return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init_env: MASTER_PORT=\"%s\" is not a port",
                                 getenv("MASTER_PORT"));

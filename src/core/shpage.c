@@ -117,7 +117,14 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
         return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not a page this rank can trust (owner or mode)", what, path);
     hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
-    while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) ring__nap_ns(200000);
+    while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) {
+        ring_result_t rc = comm->bs ? star_closed(comm, comm->bs->root_fd, 0, what) : RING_OK;
+        if (rc != RING_OK) {
+            munmap(h, HDR_BYTES);
+            return rc;
+        }
+        ring__nap_ns(200000);
+    }
     ring_result_t rc = RING_OK;
     if (h->magic != SHPAGE_MAGIC || h->version != SHPAGE_VERSION || h->nonce != comm->job_nonce ||
         h->nranks != (uint32_t)comm->nranks)

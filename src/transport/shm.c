@@ -157,6 +157,10 @@ typedef struct up {
     char path[PATH_MAX];
     char *seg;
     size_t seg_bytes;
+    /* The segment's geometry as checked: the header stays writable by the peer, so what is
+     * used is this copy, not what the header says later. */
+    uint32_t nslots;
+    size_t slot_bytes, data_off;
     struct up *next;
 } up;
 
@@ -295,6 +299,9 @@ static void make_segment(shm_ctx *ctx, up *u)
     h->slot_bytes = slot_bytes;
     h->total_bytes = total;
     h->data_off = doff;
+    u->nslots = nslots;
+    u->slot_bytes = slot_bytes;
+    u->data_off = doff;
     atomic_init(&h->tail, 0);
     atomic_init(&h->rx_sleep, 0);
     atomic_init(&h->tx_sleep, 0);
@@ -363,13 +370,20 @@ static int map_segment(shm_ctx *ctx, up *u)
             u->peer, h->version, SEG_VERSION);
         return EPROTO;
     }
-    if (h->magic != SEG_MAGIC || h->nonce != comm->job_nonce ||
-        h->from != (uint32_t)u->peer || h->to != (uint32_t)comm->rank || h->nslots == 0 || h->nslots > MAX_SLOTS ||
-        h->slot_bytes < PAGE || h->slot_bytes > MAX_SLOT || h->slot_bytes % 64 || h->total_bytes != total ||
-        h->data_off != data_off_for(h->nslots) || h->data_off + (uint64_t)h->nslots * h->slot_bytes != total) {
+    /* Each field read once, into the copy that is checked and then used (up). */
+    const volatile seg_ctl *vh = h;
+    const uint32_t nslots = vh->nslots;
+    const uint64_t slot_bytes = vh->slot_bytes, data_off = vh->data_off;
+    if (h->magic != SEG_MAGIC || h->nonce != comm->job_nonce || h->from != (uint32_t)u->peer ||
+        h->to != (uint32_t)comm->rank || nslots == 0 || nslots > MAX_SLOTS || slot_bytes < PAGE || slot_bytes > MAX_SLOT ||
+        slot_bytes % 64 || h->total_bytes != total || data_off != data_off_for(nslots) ||
+        data_off + (uint64_t)nslots * slot_bytes != total) {
         say(u->reason, sizeof u->reason, "the segment from rank %d has a bad header", u->peer);
         return EPROTO;
     }
+    u->nslots = nslots;
+    u->slot_bytes = (size_t)slot_bytes;
+    u->data_off = (size_t)data_off;
     return 0;
 }
 
@@ -379,7 +393,7 @@ static ring_result_t conn_from(shm_ctx *ctx, up *u, shm_conn **out)
     shm_conn *c = calloc(1, sizeof *c);
     uint8_t *d = NULL;
     seg_ctl *h = (seg_ctl *)u->seg;
-    if (c && !u->is_send) d = calloc(h->nslots, 1);
+    if (c && !u->is_send) d = calloc(u->nslots, 1);
     if (!c || (!u->is_send && !d)) {
         free(c);
         return ring__seterr(comm, RING_ERR_NOMEM, "shm: out of memory");
@@ -391,9 +405,9 @@ static ring_result_t conn_from(shm_ctx *ctx, up *u, shm_conn **out)
     c->seg = u->seg;
     c->seg_bytes = u->seg_bytes;
     c->ctl = h;
-    c->nslots = h->nslots;
-    c->slot_bytes = h->slot_bytes;
-    c->data = u->seg + h->data_off;
+    c->nslots = u->nslots;
+    c->slot_bytes = u->slot_bytes;
+    c->data = u->seg + u->data_off;
     c->done_at = d;
     c->fd = ring__tcp_take_fd(u->base);
     ring__tcp_transport.close(u->base);
@@ -743,7 +757,9 @@ static int shm_pollfds(void *vc, struct pollfd *fds, int max)
     if (max < 1) return 0;
     drain(c);
     if (gone_check(c) != RING_OK) return -1;
-    if (c->peer_closed) return 0;
+    /* The peer closed after its last publish (no doorbell: this side's flag was down): what
+     * it published can be taken now, so no sleep on a socket that will not ring. */
+    if (c->peer_closed) return c->q.qh && !stuck(c) ? -1 : 0;
     if (c->q.qh) {
         _Atomic uint32_t *flag = c->is_send ? &c->ctl->tx_sleep : &c->ctl->rx_sleep;
         atomic_store_explicit(flag, 1, memory_order_relaxed);
