@@ -2062,7 +2062,7 @@ Test(departure, init_that_fails_at_its_end_tells_every_rank_why, .timeout = 60)
  * its reason, not "died during init", because the failing rank said why on its star connection
  * before it closed it; and rank 1 learns it from the root instead of waiting its whole timeout
  * for a page the root will not make. */
-Test(departure, init_that_fails_while_the_root_waits_in_init_is_named_with_its_reason, .timeout = 60)
+Test(sm, init_that_fails_while_the_root_waits_for_the_page_is_named_with_its_reason, .timeout = 60)
 {
     clear_env();
     init_arg a[3];
