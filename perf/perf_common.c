@@ -572,7 +572,12 @@ double pc_median(double *t, int n)
 
 void *pc_alloc_buf(size_t bytes, size_t *alloc)
 {
-    size_t align = 4096, n = (bytes + align - 1) / align * align;
+    size_t align = 4096;
+    if (bytes > SIZE_MAX - align) { /* rounding up would wrap to a tiny buffer */
+        *alloc = bytes;
+        return NULL;
+    }
+    size_t n = (bytes + align - 1) / align * align;
     if (n == 0) n = align;
     *alloc = n;
     void *p = aligned_alloc(align, n);

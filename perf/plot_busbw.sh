@@ -5,8 +5,9 @@
 #
 # RING.csv: stdout of `ring_perf --csv` (with or without ringrun's "[rank] " prefixes; lines
 # that are not data rows are skipped). Each file gives one curve per algorithm in its algo
-# column: ringcomm (rows the library ran by recursive doubling, algo rd, belong to it) and the
-# parameter-server baseline (ps); and a dashed curve of the alpha-beta model for each where the
+# column: ringcomm (rows the library ran by recursive doubling or halving, the shared page or
+# the tree belong to it) and the parameter-server baseline (ps), split by the mem column of -G
+# both runs; and a dashed curve of the alpha-beta model for each where the
 # model_us column is filled: model busbw = busbw * time_us / model_us (same bytes, same factor).
 # CSV files of older builds without the algo column count as ringcomm. --mpi MPI.csv adds the
 # curve of `mpi_allreduce --csv`. x: size in bytes, log2; y: busbw in GB/s (1e9). Needs gnuplot
@@ -21,7 +22,7 @@ RING_FILES=()
 MPI_FILES=()
 
 usage() {
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "plot_busbw.sh: $1 needs a value" >&2; exit 2; }; }
@@ -60,8 +61,11 @@ split_csv() { # file default_algo
         NF < 12 || $1 == "collective" || $1 ~ /^#/ || $3 !~ /^[0-9]+$/ || $3 == 0 { next }
         {
             algo = (NF >= 15 && $15 != "") ? $15 : def
-            # The library picks recursive doubling for small allreduces: one ringcomm curve.
-            if (algo == "rd") algo = "ring"
+            # Whichever algorithm the library picked for a size (recursive doubling or halving,
+            # the shared page, the tree): one ringcomm curve.
+            if (algo == "rd" || algo == "rh" || algo == "sm" || algo == "tree") algo = "ring"
+            # -G both: host and device rows of one run are two curves, not one that jumps back.
+            if (NF >= 18 && $18 != "") algo = algo "-" $18
             model = "NaN"
             if (NF >= 13 && $13 != "" && $13 + 0 > 0) { model = $11 * $9 / $13; has[algo] = 1 }
             out = pfx "." algo ".dat"
@@ -125,12 +129,14 @@ q() { printf "'%s'" "${1//\'/\'\'}"; }
     i=0
     while IFS=$'\t' read -r src algo nr coll hasmodel dat; do
         i=$((i + 1))
-        case $algo in
+        base=${algo%%-*}
+        case $base in
             ring) name="ringcomm" ;;
             ps) name="parameter server" ;;
             mpi) name="MPI_Allreduce" ;;
-            *) name=$algo ;;
+            *) name=$base ;;
         esac
+        [[ $algo == *-* ]] && name="$name, ${algo#*-} buffers"
         label="$name (n=$nr)"
         (( nfiles > 1 )) && label="$label, $(basename "$src")"
         plots+=("$(q "$dat") using 1:2 with linespoints linecolor $i pointtype $((i % 13 + 1)) linewidth 2 title $(q "$label")")

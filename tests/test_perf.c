@@ -433,3 +433,17 @@ Test(perf, json_mem, .init = redirect, .timeout = 10)
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"host\"},\n") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"cuda\"}\n  ]") != NULL, "%s", buf);
 }
+
+/* A size so large that rounding it up to whole pages wraps: refused, not a 4 KiB buffer that the
+ * sweep then writes past (ring_perf -e 18446744073709551615 used to crash). */
+Test(alloc, sizes_that_wrap_when_rounded_up_are_refused)
+{
+    size_t n = 0;
+    cr_assert_null(pc_alloc_buf(SIZE_MAX, &n));
+    cr_assert_eq(n, SIZE_MAX);
+    cr_assert_null(pc_alloc_buf(SIZE_MAX - 4095, &n));
+    void *p = pc_alloc_buf(5000, &n);
+    cr_assert_not_null(p);
+    cr_assert_eq(n, 8192);
+    free(p);
+}

@@ -208,23 +208,26 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
             if (s in t_n) { t_t[s] = median(t_tl, t_n, s, mm); t_bw[s] = t_t[s] > 0 ? s / t_t[s] / 1e3 * fac : 0 }
             if (s in d_n) { d_t[s] = median(d_tl, d_n, s, mm); d_lo[s] = mm["min"]; d_hi[s] = mm["max"]; d_bw[s] = d_t[s] > 0 ? s / d_t[s] / 1e3 * fac : 0 }
         }
+        # The sizes stay the strings they were read as, the keys of every array: mawk (the Debian
+        # default awk) prints a number of 2^31 or more as 2.14748e+09, so a key made from a number
+        # would miss those rows (and their wrong elements). Compared as numbers.
         n = 0
-        for (s in sizes) list[n++] = s + 0
+        for (s in sizes) list[n++] = s
         # insertion sort (portable awk)
-        for (i = 1; i < n; i++) { v = list[i]; j = i - 1; while (j >= 0 && list[j] > v) { list[j + 1] = list[j]; j-- } list[j + 1] = v }
+        for (i = 1; i < n; i++) { v = list[i]; j = i - 1; while (j >= 0 && list[j] + 0 > v + 0) { list[j + 1] = list[j]; j-- } list[j + 1] = v }
         wrong = 0
         for (i = 0; i < n; i++) {
             s = list[i]
             # same bytes and busbw factor: the busbw ratio is the inverse time ratio (more digits)
             ratio = ((s in r_t) && (s in t_t) && r_t[s] > 0) ? sprintf("%.2f", t_t[s] / r_t[s]) : "-"
             if (netns) {
-                printf("  %10d  %10s  %10s  %9s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"), ratio,
+                printf("  %10s  %10s  %10s  %9s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"), ratio,
                        f(r_t, s, "%.2f"), f(t_t, s, "%.2f"))
                 if (link != "") printf("  %10s  %10s", fl(r_bw, s), fl(t_bw, s))
                 printf("\n")
             } else {
             dratio = ((s in r_t) && (s in d_t) && r_t[s] > 0) ? sprintf("%.2f", d_t[s] / r_t[s]) : "-"
-            printf("  %10d  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
+            printf("  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
                    f(d_bw, s, "%.3f"), ratio, dratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
             if (rep > 1)
                 printf("  %19s  %19s", (s in r_lo) ? sprintf("%.1f-%.1f", r_lo[s], r_hi[s]) : "-",
