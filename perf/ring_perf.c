@@ -599,6 +599,21 @@ static long long check_range(const void *got, size_t n, uint64_t base, const exp
     return wrong;
 }
 
+/* out[k] = the bitwise complement of what check_range expects there: an element the call
+ * never writes then fails the check whatever its expected value (a preset of 0xff bytes let
+ * every integer element whose result is -1 pass unwritten). */
+static void preset_unlike(void *out, size_t n, uint64_t base, const expect_t *e)
+{
+    size_t sz = pc_dtype_size(e->dtype);
+    unsigned char exp[8];
+    for (size_t k = 0; k < n; k++) {
+        if (e->reduce) pc_expect_reduce(exp, e->dtype, e->op, e->gen, g_nranks, base + k);
+        else pc_put(exp, 0, e->dtype, pc_val(e->gen, e->src, base + k));
+        unsigned char *o = (unsigned char *)out + k * sz;
+        for (size_t b = 0; b < sz; b++) o[b] = (unsigned char)~exp[b];
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Running one collective                                                                    */
 
@@ -986,15 +1001,15 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                     expect_t e = {dt, o->pc.op, gen, 1, 0};
                     char what[64];
                     snprintf(what, sizeof what, "%s (%s)", row.coll, pc_algo_name(ran));
-                    /* Fresh inputs; outputs preset to 0xff bytes (NaN for floating types).
-                     * Written and read in host memory (host_of); device buffers are copied to
-                     * before the call and back after it (to_dev, from_dev). */
+                    /* Fresh inputs; outputs preset to the complement of their expected values
+                     * (preset_unlike). Written and read in host memory (host_of); device buffers
+                     * are copied to before the call and back after it (to_dev, from_dev). */
                     switch (o->coll) {
                     case PC_COLL_ALLREDUCE:
                         pc_fill(host_of(sw, sbuf), count, dt, gen, g_rank, 0);
                         to_dev(sw, sbuf, count * sz);
                         if (!inplace) {
-                            memset(host_of(sw, rbuf), 0xff, count * sz);
+                            preset_unlike(host_of(sw, rbuf), count, 0, &e);
                             to_dev(sw, rbuf, count * sz);
                         }
                         run_once(&c);
@@ -1005,7 +1020,7 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                         pc_fill(host_of(sw, sbuf), count * n, dt, gen, g_rank, 0);
                         to_dev(sw, sbuf, count * n * sz);
                         if (!inplace) {
-                            memset(host_of(sw, rbuf), 0xff, count * sz);
+                            preset_unlike(host_of(sw, rbuf), count, (uint64_t)g_rank * count, &e);
                             to_dev(sw, rbuf, count * sz);
                         }
                         run_once(&c);
@@ -1015,7 +1030,11 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                         break;
                     case PC_COLL_ALLGATHER:
                         /* Rank q contributes val(q, q*count + j). */
-                        memset(host_of(sw, rbuf), 0xff, count * n * sz);
+                        e.reduce = 0;
+                        for (int q = 0; q < n; q++) {
+                            e.src = q;
+                            preset_unlike(host_of(sw, rbuf) + (size_t)q * count * sz, count, (uint64_t)q * count, &e);
+                        }
                         pc_fill(host_of(sw, c.send), count, dt, gen, g_rank, (uint64_t)g_rank * count);
                         to_dev(sw, rbuf, count * n * sz); /* in place: c.send's block too */
                         if (!inplace) to_dev(sw, (void *)c.send, count * sz);
@@ -1029,13 +1048,13 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                         }
                         break;
                     case PC_COLL_BROADCAST:
+                        e.reduce = 0;
+                        e.src = o->root;
                         if (g_rank == o->root) pc_fill(host_of(sw, rbuf), count, dt, gen, g_rank, 0);
-                        else memset(host_of(sw, rbuf), 0xff, count * sz);
+                        else preset_unlike(host_of(sw, rbuf), count, 0, &e);
                         to_dev(sw, rbuf, count * sz);
                         run_once(&c);
                         from_dev(sw, rbuf, count * sz);
-                        e.reduce = 0;
-                        e.src = o->root;
                         w = check_range(host_of(sw, rbuf), count, 0, &e, &reported, what, bytes);
                         break;
                     default: break;
