@@ -767,8 +767,10 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             rh = (p->algo == RING__ALGO_AUTO && lib_algo(o->coll, ring__rh_max_bytes(g_comm)) == PC_ALGO_RH) ||
                  p->algo == RING__ALGO_RH;
         } else if (o->coll == PC_COLL_BARRIER) {
-            ring = p->algo == RING__ALGO_RING;
-            rd = !ring;
+            /* One algorithm at every size: the shared page's rows take the ring's bound. */
+            const pc_algo_t b = lib_algo(o->coll, 0);
+            ring = b == PC_ALGO_RING || b == PC_ALGO_SM;
+            rd = b == PC_ALGO_RD;
         } else if (o->coll == PC_COLL_BROADCAST) {
             tree = p->algo != RING__ALGO_RING && (p->algo == RING__ALGO_RD || g_comm->nranks >= 4);
             ring = p->algo != RING__ALGO_RD;
