@@ -194,10 +194,33 @@ int __wrap_open64(const char *path, int flags, ...)
     return __real_open64(path, flags, mode);
 }
 
+/* Fault injection (--wrap=posix_fallocate64): this thread (the root) gives the shared-memory
+ * all-reduce's page its size, holds this many ms (the other ranks open it and wait for its
+ * header), then reports the disk full, for this call and the one that would shrink the page
+ * to a refusal: the root's init fails before it writes the header. */
+static __thread int page_full_ms;
+int __real_posix_fallocate64(int fd, off_t off, off_t len);
+int __wrap_posix_fallocate64(int fd, off_t off, off_t len);
+int __wrap_posix_fallocate64(int fd, off_t off, off_t len)
+{
+    int e = __real_posix_fallocate64(fd, off, len);
+    char link[64], name[512];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t l = readlink(link, name, sizeof name - 1);
+    if (page_full_ms == 0 || l < 3 || strncmp(name + l - 3, "-sm", 3) != 0) return e;
+    if (page_full_ms > 0) {
+        struct timespec ts = {page_full_ms / 1000, (long)(page_full_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        page_full_ms = -1; /* the next call, the shrink, fails at once */
+    }
+    return ENOSPC;
+}
+
 typedef struct init_arg {
     int n, rank;
     int fail_create_at; /* 0, or which of init's thread starts fails */
     int slow_page_ms;   /* see __wrap_open64 */
+    int page_full_ms;   /* see __wrap_posix_fallocate64 */
     char root[64];
     int timeout_ms;     /* 0: default */
     const char *secret; /* NULL: SECRET */
@@ -220,6 +243,7 @@ static void *init_main(void *p)
     if (a->depth) cfg.pipeline_depth = a->depth;
     fail_create_at = a->fail_create_at;
     slow_page_ms = a->slow_page_ms;
+    page_full_ms = a->page_full_ms;
     a->rc = ring_comm_init_config(&a->comm, a->n, a->rank, a->root, &cfg);
     if (a->rc == RING_OK) atomic_fetch_add(&inits_ok, 1);
     /* The failure text of init is thread-local (or on the shell communicator). */
@@ -232,6 +256,22 @@ static void init_start(init_arg *a, int n, int rank, int port, int timeout_ms, c
     *a = (init_arg){.n = n, .rank = rank, .timeout_ms = timeout_ms, .secret = secret};
     snprintf(a->root, sizeof a->root, "127.0.0.1:%d", port);
     cr_assert_eq(pthread_create(&a->t, NULL, init_main, a), 0);
+}
+
+/* n ranks of one job, their init_args filled in but for the root address: runs their inits
+ * to the end and logs each result. */
+static void inits_run(init_arg *a, int n)
+{
+    int port = free_port();
+    atomic_store(&inits_ok, 0);
+    atomic_store(&fail_create_after, 0);
+    for (int r = 0; r < n; r++) {
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+        cr_assert_eq(pthread_create(&a[r].t, NULL, init_main, &a[r]), 0);
+    }
+    for (int r = 0; r < n; r++) pthread_join(a[r].t, NULL);
+    for (int r = 0; r < n; r++)
+        cr_log_info("rank %d: %s: %s", r, ring_result_name(a[r].rc), a[r].rc ? a[r].msg : "");
 }
 
 /* n ranks of one job; asserts that every one joined. */
@@ -2066,18 +2106,10 @@ Test(sm, init_that_fails_while_the_root_waits_for_the_page_is_named_with_its_rea
 {
     clear_env();
     init_arg a[3];
-    int port = free_port();
-    atomic_store(&inits_ok, 0);
-    atomic_store(&fail_create_after, 0);
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 3; r++)
         a[r] = (init_arg){.n = 3, .rank = r, .timeout_ms = 20000, .fail_create_at = r == 2 ? 2 : 0,
                           .slow_page_ms = r == 1 ? 1500 : 0};
-        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
-        cr_assert_eq(pthread_create(&a[r].t, NULL, init_main, &a[r]), 0);
-    }
-    for (int r = 0; r < 3; r++) pthread_join(a[r].t, NULL);
-    for (int r = 0; r < 3; r++)
-        cr_log_info("rank %d: %s: %s", r, ring_result_name(a[r].rc), a[r].rc ? a[r].msg : "");
+    inits_run(a, 3);
     cr_assert_eq(a[2].rc, RING_ERR_SYSTEM, "rank 2: %s: %s", ring_result_name(a[2].rc), a[2].msg);
     cr_assert_eq(a[0].rc, RING_ERR_PEER, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
     cr_assert(strstr(a[0].msg, "rank 2") && strstr(a[0].msg, "failed during init") &&
@@ -2088,6 +2120,29 @@ Test(sm, init_that_fails_while_the_root_waits_for_the_page_is_named_with_its_rea
     cr_assert_eq(a[1].rc, RING_ERR_PEER, "rank 1: %s: %s", ring_result_name(a[1].rc), a[1].msg);
     cr_assert(strstr(a[1].msg, "rank 2") && strstr(a[1].msg, "cannot start the progress thread"), "rank 1: %s",
               a[1].msg);
+    for (int r = 0; r < 3; r++) ring_comm_destroy(a[r].comm);
+}
+
+/* The root fails in init after it gave the shared page its size but before it wrote the header,
+ * while the other ranks have the file open and wait for that header: they hear the root's
+ * reason at once instead of waiting out their 20 s and then calling the page "another job's". */
+Test(sm, root_that_fails_before_the_page_header_is_named_by_the_ranks_waiting_for_it, .timeout = 60)
+{
+    clear_env();
+    init_arg a[3];
+    for (int r = 0; r < 3; r++)
+        a[r] = (init_arg){.n = 3, .rank = r, .timeout_ms = 20000, .page_full_ms = r == 0 ? 1000 : 0};
+    double t0 = now_ms();
+    inits_run(a, 3);
+    double took = now_ms() - t0;
+    cr_log_info("init ended after %.0f ms", took);
+    cr_assert_eq(a[0].rc, RING_ERR_SYSTEM, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
+    cr_assert(strstr(a[0].msg, "cannot reserve"), "rank 0: %s", a[0].msg);
+    for (int r = 1; r < 3; r++) {
+        cr_assert_eq(a[r].rc, RING_ERR_PEER, "rank %d: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
+        cr_assert(strstr(a[r].msg, "cannot reserve"), "rank %d: %s", r, a[r].msg);
+    }
+    cr_assert_lt(took, 10000.0, "init took %.0f ms to end", took);
     for (int r = 0; r < 3; r++) ring_comm_destroy(a[r].comm);
 }
 

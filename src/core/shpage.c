@@ -69,6 +69,12 @@ static ring_result_t star_closed(ring_comm_t *comm, int fd, int r, const char *w
                         comm->peers[r].pid);
 }
 
+/* Rank 0 makes the page: once it failed or died in init, it never will. */
+static ring_result_t root_gone(ring_comm_t *comm, const char *what)
+{
+    return comm->bs ? star_closed(comm, comm->bs->root_fd, 0, what) : RING_OK;
+}
+
 /* Rank 0: wait until every other rank mapped the page, then remove its name. */
 static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, const char *what)
 {
@@ -102,8 +108,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
         if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)HDR_BYTES) break;
         if (fd < 0 && errno != ENOENT) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot open %s", what, path);
         if (fd >= 0) close(fd);
-        /* Rank 0 makes the file: if it failed or died in init, it never will. */
-        ring_result_t rc = comm->bs ? star_closed(comm, comm->bs->root_fd, 0, what) : RING_OK;
+        ring_result_t rc = root_gone(comm, what);
         if (rc != RING_OK) return rc;
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT,
@@ -118,7 +123,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
     hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
     while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) {
-        ring_result_t rc = comm->bs ? star_closed(comm, comm->bs->root_fd, 0, what) : RING_OK;
+        ring_result_t rc = root_gone(comm, what);
         if (rc != RING_OK) {
             munmap(h, HDR_BYTES);
             return rc;
