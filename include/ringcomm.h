@@ -137,8 +137,9 @@ RING_API ring_result_t ring_comm_init_config(ring_comm_t **comm, int nranks, int
  *   RING_RANK / RING_NRANKS / RING_ROOT;
  *   torchrun: RANK / WORLD_SIZE / MASTER_ADDR:(MASTER_PORT+1) (MASTER_PORT itself is held by
  *             torchrun's own store);
- *   Slurm: SLURM_PROCID / SLURM_NTASKS; Open MPI: OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE;
- *   PMI: PMI_RANK / PMI_SIZE (these three take the root from RING_ROOT).
+ *   Open MPI: OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE; PMI: PMI_RANK / PMI_SIZE;
+ *   Slurm: SLURM_PROCID / SLURM_NTASKS (these three take the root from RING_ROOT; Slurm comes
+ *   last because its variables are inherited by what mpirun starts inside an allocation).
  */
 RING_API ring_result_t ring_comm_init_env(ring_comm_t **comm);
 RING_API ring_result_t ring_comm_destroy(ring_comm_t *comm);

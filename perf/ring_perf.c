@@ -172,9 +172,9 @@ static void usage(FILE *f, const char *argv0)
     fprintf(f,
             "usage: %s [options]   (run under ringrun: every rank runs it)\n"
             "  -C coll    allreduce|reduce_scatter|allgather|broadcast|barrier (default allreduce)\n"
-            "  -A algo    ring|ps|both: the library (the ring, or recursive doubling where it picks that;\n"
-            "             the algo column says which), the parameter-server baseline (allreduce, host buffers),\n"
-            "             or both tables on the same sizes (default ring)\n"
+            "  -A algo    ring|ps|both: the library (the ring, or the algorithm it picks for the size: rd, rh,\n"
+            "             sm or tree; the algo column says which), the parameter-server baseline (allreduce,\n"
+            "             host buffers), or both tables on the same sizes (default ring)\n"
             "  -G mem     host|cuda|both: where the buffers live: host memory, CUDA device memory\n"
             "             (cudaMalloc on device local rank %% GPUs; checks copy through host memory\n"
             "             outside the timed calls), or both: the sweep on host buffers, then on\n"

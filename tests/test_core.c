@@ -1577,6 +1577,58 @@ Test(log, an_overlong_debug_file_name_is_not_cut_to_another_file)
     clear_env();
 }
 
+/* The log's own variables cannot fail a call, so a value it does not know is said in the log:
+ * RING_DEBUG_SUBSYS of unknown names only used to turn every subsystem off (RING_DEBUG=INFO
+ * then printed nothing at all), and an unknown RING_DEBUG level went unmentioned. */
+static char *log_run(const char *level, const char *subsys, char *out, size_t len)
+{
+    char path[] = "/tmp/ringlog-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("RING_DEBUG", level, 1);
+    setenv("RING_DEBUG_SUBSYS", subsys, 1);
+    setenv("RING_DEBUG_FILE", path, 1);
+    ring__log_init();
+    RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "a NET warning");
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    unlink(path);
+    clear_env();
+    return out;
+}
+
+Test(log, unknown_subsystems_are_named_and_do_not_silence_the_log)
+{
+    clear_env();
+    char out[4096];
+    log_run("INFO", "FOO", out, sizeof out);
+    cr_log_info("%s", out);
+    cr_assert(strstr(out, "RING_DEBUG_SUBSYS: \"FOO\" is not INIT, NET, COLL or ALL"), "%s", out);
+    cr_assert(strstr(out, "a NET warning"), "RING_DEBUG_SUBSYS=FOO silenced the log: %s", out);
+}
+
+Test(log, a_known_subsystem_beside_an_unknown_one_still_filters)
+{
+    clear_env();
+    char out[4096];
+    log_run("INFO", "INIT,FOO", out, sizeof out);
+    cr_assert(strstr(out, "\"FOO\" is not"), "%s", out);
+    cr_assert_null(strstr(out, "a NET warning"), "NET was not asked for: %s", out);
+}
+
+Test(log, an_unknown_level_is_named_and_logs_warnings)
+{
+    clear_env();
+    char out[4096];
+    log_run("verbose", "ALL", out, sizeof out);
+    cr_assert(strstr(out, "RING_DEBUG=\"verbose\" is not NONE, WARN, INFO or TRACE: logging at WARN"), "%s", out);
+    cr_assert(strstr(out, "a NET warning"), "%s", out);
+}
+
 /* A shared-memory peer that publishes its last message while this rank's sleep flag is down (so
  * it rings no doorbell) and then closes its socket: the message can be taken at once, so the
  * wait must not sleep (pollfds used to return no descriptor, and the rank slept up to 1 s on

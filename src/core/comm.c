@@ -570,9 +570,11 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     live_add(comm);
     *out = comm;
 
-    if (ring__params_resolve(&comm->params, cfg) != RING_OK) {
+    /* Its code as ring_config_init gives it: RING_ERR_UNSUPPORTED for RING_TRANSPORT=rdma in a
+     * build without verbs, RING_ERR_INVALID_ARG for a malformed value. */
+    rc = ring__params_resolve(&comm->params, cfg);
+    if (rc != RING_OK) {
         snprintf(comm->errmsg, sizeof comm->errmsg, "%s", ring__tls_errbuf());
-        rc = RING_ERR_INVALID_ARG;
         goto fail;
     }
     comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -27,18 +27,25 @@ static unsigned subsys_bit(const char *s, size_t n)
     return 0;
 }
 
-static void parse_subsys(const char *v)
+/* The mask RING_DEBUG_SUBSYS names; the first name it does not know in bad (empty if none).
+ * A list of nothing but unknown names keeps every subsystem: a typo must not silence the log
+ * that was asked for. */
+static void parse_subsys(const char *v, char *bad, size_t badlen)
 {
     unsigned mask = 0;
-    int negate = v[0] == '^';
+    int negate = v[0] == '^', known = 0;
     if (negate) v++;
+    bad[0] = '\0';
     while (*v) {
         size_t n = strcspn(v, ",");
-        mask |= subsys_bit(v, n);
+        unsigned bit = subsys_bit(v, n);
+        if (bit) known = 1;
+        else if (n && !bad[0]) snprintf(bad, badlen, "%.*s", (int)n, v);
+        mask |= bit;
         v += n;
         if (*v == ',') v++;
     }
-    ring__log_subsys_v = negate ? (RING_SUB_ALL & ~mask) : mask;
+    ring__log_subsys_v = negate ? (RING_SUB_ALL & ~mask) : known ? mask : RING_SUB_ALL;
 }
 
 /* The log file's name from RING_DEBUG_FILE: %h the host name, %p the pid. A name that does
@@ -77,19 +84,26 @@ static void do_init(void)
 {
     gethostname(log_host, sizeof log_host - 1);
     log_host[sizeof log_host - 1] = '\0';
-    int level = RING_LOG_NONE;
+    int level = RING_LOG_NONE, unknown_level = 0;
     const char *v = getenv("RING_DEBUG");
     if (v && *v) { /* empty is unset, as for every RING_* variable */
         if (!strcasecmp(v, "WARN")) level = RING_LOG_WARN;
         else if (!strcasecmp(v, "INFO")) level = RING_LOG_INFO;
         else if (!strcasecmp(v, "TRACE")) level = RING_LOG_TRACE;
         else if (!strcasecmp(v, "NONE") || !strcasecmp(v, "OFF")) level = RING_LOG_NONE;
-        else level = RING_LOG_WARN;
+        else level = RING_LOG_WARN, unknown_level = 1;
     }
+    char bad[64] = "";
     const char *s = getenv("RING_DEBUG_SUBSYS");
-    if (s && *s) parse_subsys(s);
+    if (s && *s) parse_subsys(s, bad, sizeof bad);
     const char *f = getenv("RING_DEBUG_FILE");
     if (f && *f && level > RING_LOG_NONE) open_file(f);
+    /* The log cannot fail a call, so a value it does not know is said in the log itself. */
+    if (unknown_level)
+        ring__log(RING_LOG_WARN, RING_SUB_INIT, -1, "RING_DEBUG=\"%s\" is not NONE, WARN, INFO or TRACE: logging at WARN", v);
+    if (bad[0] && level > RING_LOG_NONE)
+        ring__log(RING_LOG_WARN, RING_SUB_INIT, -1, "RING_DEBUG_SUBSYS: \"%s\" is not INIT, NET, COLL or ALL: ignored%s", bad,
+                  ring__log_subsys_v == RING_SUB_ALL && s[0] != '^' ? " (logging every subsystem)" : "");
     atomic_store(&ring__log_level_v, level);
 }
 
