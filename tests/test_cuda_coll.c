@@ -229,7 +229,8 @@ static void *abort_later(void *comm)
 int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
-        direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0, direct_abort = -1;
+        direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0, direct_abort = -1, depth_change = 0,
+        late_map = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -246,13 +247,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--work-split")) work_split = 1;
         else if (!strcmp(argv[i], "--stalled-receiver")) stalled = 1;
         else if (!strcmp(argv[i], "--direct-abort") && i + 1 < argc) direct_abort = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--late-map")) late_map = 1;
+        else if (!strcmp(argv[i], "--depth-change") && i + 1 < argc) depth_change = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
         else {
             fprintf(stderr,
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
-                    "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n",
+                    "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n"
+                    "       [--late-map] [--depth-change DEPTH]\n",
                     argv[0]);
             return 2;
         }
@@ -305,6 +309,36 @@ int main(int argc, char **argv)
     /* mixed 1: even ranks device; 2: odd ranks device. */
     const int dev_parity = mixed == 2 ? 1 : 0;
     const int use_device = !mixed || rank % 2 == dev_parity;
+    if (depth_change > 0) {
+        /* Two communicators one after the other in this process, the second with another
+         * pipeline depth: the staging sets are pooled per device, so the second call gets the
+         * set the first made for its deeper pipeline, and must count its slots by its own depth
+         * (it used to index its partial sums by the set's, and forwarded stale ones). */
+        int bad = 0;
+        for (int round = 0; round < 2 && !bad; round++) {
+            if (round) {
+                ring_comm_destroy(comm);
+                ring_config_t cfg;
+                ring_config_init(&cfg);
+                cfg.pipeline_depth = depth_change;
+                rc = ring_comm_init_config(&comm, n, rank, getenv("RING_ROOT"), &cfg);
+                if (rc != RING_OK) {
+                    fprintf(stderr, "rank %d: second init: %s\n", rank, ring_comm_last_error(comm));
+                    return 1;
+                }
+            }
+            for (size_t li = 0; li < 2; li++) {
+                bad |= run_case(comm, 1, C_REDUCE_SCATTER, RING_FLOAT32, RING_SUM, 40000, &layouts[li], li);
+                bad |= run_case(comm, 1, C_ALLREDUCE, RING_INT32, RING_SUM, 120001, &layouts[li], li + 2);
+            }
+        }
+        int32_t flag = bad, any = 0;
+        if (ring_allreduce(comm, &flag, &any, 1, RING_INT32, RING_MAX) != RING_OK) any = 1;
+        printf("rank %d: %s: depth %s, then %d\n", rank, any ? "FAIL" : "PASS",
+               getenv("RING_PIPELINE_DEPTH") ? getenv("RING_PIPELINE_DEPTH") : "default", depth_change);
+        ring_comm_destroy(comm);
+        return any ? 1 : 0;
+    }
     if (direct_dies || direct_mismatch) {
         /* One direct all-reduce first, so that the failure hits a communicator that works. */
         const size_t count = 1 << 16;
@@ -333,12 +367,19 @@ int main(int argc, char **argv)
     if (direct_abort >= 0) {
         const size_t count = 1 << 16;
         float *send = (float *)arena, *recv = (float *)arena + count;
-        rc = ring_allreduce(comm, send, recv, count, RING_FLOAT32, RING_SUM);
-        if (rc != RING_OK) {
-            fprintf(stderr, "rank %d: first all-reduce: %s\n", rank, ring_comm_last_error(comm));
-            return 1;
+        if (late_map) {
+            /* The abort comes while rank 0 still maps the peers' buffers (its first call): the
+             * others have entered stage 1 and returned by the time rank 0 gets there, and
+             * rank 0 must not then queue work on their buffers. */
+            if (rank == 0) ring__cuda_emu_set_open_delay(600);
+        } else {
+            rc = ring_allreduce(comm, send, recv, count, RING_FLOAT32, RING_SUM);
+            if (rc != RING_OK) {
+                fprintf(stderr, "rank %d: first all-reduce: %s\n", rank, ring_comm_last_error(comm));
+                return 1;
+            }
+            ring__cuda_emu_set_kernel_delay(1000);
         }
-        ring__cuda_emu_set_kernel_delay(1000);
         pthread_t th;
         if (rank == direct_abort && pthread_create(&th, NULL, abort_later, comm) != 0) return 1;
         const double t0 = now_s();

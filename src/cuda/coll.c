@@ -220,6 +220,7 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 /* What the reduction hook needs of the call in progress. */
 typedef struct dev_state {
     stage_t *S;
+    size_t depth;                /* the communicator's: the pooled S may have more slots, from another */
     size_t cur;                  /* the receive recv_done is processing */
     const unsigned char *pinned; /* its bytes: pinned slot, the sender's slot (CUDA IPC) or a GPUDirect slot */
     int reduced;                 /* recv_done reduced it (through the hook) */
@@ -245,7 +246,7 @@ static void dev_reduce(ring__sched_t *s, void *dst, const void *slot, const void
         d->err = ring__seterr(comm, RING_ERR_INTERNAL, "device engine: receive %zu reduced from a foreign slot", d->cur);
         return;
     }
-    const size_t ri = d->cur % (size_t)S->depth;
+    const size_t ri = d->cur % d->depth; /* as the engine counts receive slots (kept has depth) */
     const int in_slot = dst == slot; /* a partial sum that a later send forwards */
     unsigned char *ds = S->dslot + ri * (S->slot + 256) + ((uintptr_t)(in_slot ? own : dst) & 255);
     unsigned char *out = in_slot ? ds : dst;
@@ -337,7 +338,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
     size_t *fwd = NULL;                /* per receive slot: the send whose D2H reads its kept sum, or NONE */
     unsigned char **sdst = NULL;       /* per send slot: where its bytes were copied */
     const unsigned char **rsrc = NULL; /* per receive slot: where its bytes are */
-    dev_state_t d = {.S = S};
+    dev_state_t d = {.S = S, .depth = D};
     int64_t last = ring__now_ns();
     ring_result_t rc = RING_OK;
 

@@ -104,7 +104,8 @@ typedef struct row {
     _Atomic uint64_t refused;  /* q + 1: this rank could not map a peer's buffer in call q */
     _Atomic uint64_t worked;   /* q + 1: nothing this rank queued in call q touches a peer any more */
     _Atomic uint64_t done;     /* calls of this rank that returned: it reads no record of them */
-    unsigned char pad[32];
+    _Atomic uint64_t withdrawn; /* q + 1: this rank failed in call q after it reached stage 1 (settle) */
+    unsigned char pad[24];
     rec_t rec[HIST];
 } row_t;
 
@@ -397,30 +398,36 @@ fail:
     return rc;
 }
 
-/* Publish stage s of call q and wait until every rank is there. */
+/* Publish stage s of call q and wait until every rank is there. The store is seq_cst: with the
+ * load of `withdrawn` after stage 1 and settle's store-then-load it makes a Dekker pair, so a
+ * rank that withdraws either sees this rank at stage 1 (and waits for its work) or this rank
+ * sees the withdrawal (and queues none). */
 static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int s)
 {
     const uint64_t target = 4 * (op->seq + 1) + (uint64_t)s;
-    atomic_store_explicit(&d->row[comm->rank].progress, target, memory_order_release);
+    atomic_store_explicit(&d->row[comm->rank].progress, target, memory_order_seq_cst);
     return wait_for(comm, d, op, W_STAGE, target);
 }
 
 /* ---------- the call ---------- */
 
 /*
- * The end of a call that passed stage 1 (every rank mapped, nobody refused). The work this
- * rank queued (queued: on stream st) reads and writes peers' buffers, and a peer reuses or
- * frees them once its call returned, even with an error: so this rank says when its work
- * finished (row.worked), and a failed call returns only once every rank said so or is gone.
- * An abort or a peer's failure does not cut these waits short (the GPU finishes what it
- * was given: a kernel of the direct path takes milliseconds); RING_TIMEOUT_MS bounds them.
- * On success stage 2 already said all of it. Errors here keep the call's first error.
+ * The end of a call in which this rank published stage 1: from then on a peer that sees every
+ * rank at stage 1 queues work that reads and writes this rank's buffers. The work this rank
+ * queued (queued: on stream st) reads and writes peers' buffers, and a peer reuses or frees
+ * them once its call returned, even with an error: so this rank says when its work finished
+ * (row.worked), and a failed call first withdraws (row.withdrawn: a peer that reaches stage 1
+ * later sees it and queues nothing), then returns only once every rank that had reached stage
+ * 1 said its work finished or is gone. An abort or a peer's failure does not cut these waits
+ * short (the GPU finishes what it was given: a kernel of the direct path takes milliseconds);
+ * RING_TIMEOUT_MS bounds them. On success stage 2 already said all of it. Errors here keep
+ * the call's first error.
  */
 static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, struct CUstream_st *st, int queued,
                    ring_result_t rc, const rec_t *recs)
 {
     const int64_t start = ring__now_ns(), bound = (int64_t)comm->params.timeout_ms * 1000000LL;
-    const uint64_t mark = op->seq + 1;
+    const uint64_t mark = op->seq + 1, stage1 = 4 * (op->seq + 1) + 1;
     int done = !queued || rc == RING_OK;
     /* Recorded again: the call may have failed between queueing and recording. */
     if (!done && ring__cuda_event_record(NULL, d->ev, st) == RING_OK)
@@ -428,7 +435,10 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
             ring__nap_ns(50000);
     if (done) atomic_store_explicit(&d->row[comm->rank].worked, mark, memory_order_release);
     if (rc == RING_OK) return;
+    atomic_store_explicit(&d->row[comm->rank].withdrawn, mark, memory_order_seq_cst);
     for (int p = 0; p < comm->nranks; p++) {
+        /* Not at stage 1 now: it sees the withdrawal when it gets there (stage()). */
+        if (atomic_load_explicit(&d->row[p].progress, memory_order_seq_cst) < stage1) continue;
         const pid_t pid = (pid_t)recs[p].o.pid;
         while (atomic_load_explicit(&d->row[p].worked, memory_order_acquire) < mark && ring__now_ns() - start < bound &&
                (kill(pid, 0) == 0 || errno == EPERM))
@@ -532,7 +542,7 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     offer_t mine;
     ring_result_t rc = RING_OK;
     char why[256] = "";
-    int idle = 0, queued = 0;
+    int idle = 0, queued = 0, entered = 0;
     *ran = 0;
     if (!d) return RING_OK;
     const rec_t *recs = d->recs;
@@ -593,9 +603,20 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
         }
         /* Peers read this rank's buffers from stage 1 on: its inputs must be there. */
         if (!idle) RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
+        entered = 1; /* stage 1 goes out now: whatever happens next, settle */
         RING_CHECK(stage(comm, d, op, 1));
         for (int p = 0; p < n; p++)
             if (atomic_load_explicit(&d->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
+        /* A rank that reached stage 1 and then failed (an abort, a timeout, a peer's failure)
+         * has returned or is about to: its buffers are not this call's any more. */
+        for (int p = 0; p < n; p++)
+            if (atomic_load_explicit(&d->row[p].withdrawn, memory_order_seq_cst) == op->seq + 1) {
+                char peer[160];
+                ring__peer_desc(comm, p, peer, sizeof peer);
+                rc = ring__seterr(comm, RING_ERR_PEER, "%s #%llu: %s failed in the direct CUDA IPC call after it had entered",
+                                  ring__coll_name(coll), (unsigned long long)op->seq, peer);
+                goto fail;
+            }
     }
     d->device = op->device;
     *ran = 1;
@@ -614,6 +635,6 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     d->ncalls++;
     d->nones += (uint64_t)one;
 fail:
-    if (*ran) settle(comm, d, op, st, queued, rc, recs);
+    if (entered) settle(comm, d, op, st, queued, rc, recs);
     return rc;
 }

@@ -185,6 +185,9 @@ int ring__cuda_emulating(void);
 /* Tests only: emulated many-input kernels (ring__cuda_reduce_multi, the direct path's) queued
  * from now on complete no sooner than ms after they were queued, as a long kernel would. */
 void ring__cuda_emu_set_kernel_delay(int ms);
+/* Tests only: each emulated cudaIpcOpenMemHandle from now on takes ms, as a first mapping of a
+ * large allocation may. */
+void ring__cuda_emu_set_open_delay(int ms);
 /* reduce.cu's ring__cuda_reduce queues its work here when emulating. */
 ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                     ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);

@@ -111,6 +111,7 @@ void emu_exec(const EmuOp &o)
 }
 
 int64_t emu_kernel_delay_ns; /* ring__cuda_emu_set_kernel_delay */
+int emu_open_delay_ms; /* ring__cuda_emu_set_open_delay (__atomic: set by a test's thread) */
 
 /* Run queued work up to (excluding) op number upto. A touch (lazy) stops at a kernel that is
  * not ready yet; a synchronization waits for it. emu_mu held. */
@@ -178,6 +179,8 @@ extern "C" void ring__cuda_emu_set_kernel_delay(int ms)
     EmuLock l;
     emu_kernel_delay_ns = (int64_t)ms * 1000000LL;
 }
+
+extern "C" void ring__cuda_emu_set_open_delay(int ms) { __atomic_store_n(&emu_open_delay_ms, ms, __ATOMIC_RELAXED); }
 
 extern "C" ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                                ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream)
@@ -647,6 +650,10 @@ extern "C" ring_result_t ring__cuda_ipc_open(ring_comm_t *comm, const unsigned c
             return ring__seterr(comm, RING_ERR_UNSUPPORTED, "emulated cudaIpcOpenMemHandle: refused (RING_TEST_EMU_IPC_REFUSE)");
         if (w[0] != EMU_IPC_MAGIC || b != bytes)
             return ring__seterr(comm, RING_ERR_PROTOCOL, "emulated cudaIpcOpenMemHandle: not an emulated handle");
+        if (int ms = __atomic_load_n(&emu_open_delay_ms, __ATOMIC_RELAXED)) {
+            struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+            nanosleep(&t, NULL);
+        }
         char path[64];
         snprintf(path, sizeof path, "/proc/%u/fd/%u", w[1], w[2]);
         int fd = open(path, O_RDWR | O_CLOEXEC);
