@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -66,13 +67,16 @@ void ring__addr_set_port(ring__sockaddr_t *a, int port)
 
 /* One NCCL-style interface filter: a comma list of prefixes, "=" for exact names, "^" to
  * exclude instead of include. */
-int ring__name_match(const char *spec, const char *name, int hca_ports)
+/* The match, and in *port the port of the entry that matched (0: none given, or an exclude
+ * list, whose ports name what is left out). */
+static int name_match(const char *spec, const char *name, int hca_ports, int *port)
 {
     int exclude = spec[0] == '^';
     if (exclude) spec++;
     int exact = spec[0] == '=';
     if (exact) spec++;
     int hit = 0;
+    *port = 0;
     while (*spec && !hit) {
         size_t n = strcspn(spec, ",");
         /* "mlx5_0:1": the port is the transport's business, the device is ours. Interface
@@ -80,10 +84,23 @@ int ring__name_match(const char *spec, const char *name, int hca_ports)
         const char *colon = hca_ports ? memchr(spec, ':', n) : NULL;
         size_t m = colon ? (size_t)(colon - spec) : n;
         hit = exact ? (strlen(name) == m && !strncmp(name, spec, m)) : (m > 0 && !strncmp(name, spec, m));
+        if (hit && colon && !exclude) *port = atoi(colon + 1);
         spec += n;
         if (*spec == ',') spec++;
     }
     return exclude ? !hit : hit;
+}
+
+int ring__name_match(const char *spec, const char *name, int hca_ports)
+{
+    int port;
+    return name_match(spec, name, hca_ports, &port);
+}
+
+int ring__hca_port_of(const char *spec, const char *name)
+{
+    int port;
+    return name_match(spec, name, 1, &port) ? port : 0;
 }
 
 ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring__sockaddr_t *toward,

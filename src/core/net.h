@@ -66,5 +66,8 @@ int ring__secret_equal(const uint8_t *a, const uint8_t *b, size_t n);
  * "=" first for exact names, "^" first to exclude. hca_ports: an entry may end in ":port",
  * which is ignored for the match. */
 int ring__name_match(const char *spec, const char *name, int hca_ports);
+/* RING_IB_HCA: the port named by the entry of spec that matches device name ("mlx5_0:1,mlx5_1:2"
+ * gives 2 for mlx5_1); 0 where it names none (any active port). */
+int ring__hca_port_of(const char *spec, const char *name);
 
 #endif

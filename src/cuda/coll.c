@@ -728,9 +728,11 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
         rc = run(comm, op, S, &quarantine);
         /* Nothing queued may run after the call returned: wait for the stream, whatever
          * failed (its own error goes to the thread's message, not the comm's). A stream that
-         * cannot be waited for (a sticky CUDA error) is not reused. */
+         * cannot be waited for (a sticky CUDA error) is not reused, nor freed while transport
+         * requests may still point into it (quarantine 1 says so: it goes to cuda_dead). */
         if (rc != RING_OK &&
-            (ring__cuda_stream_sync(NULL, S->st) != RING_OK || ring__cuda_stream_sync(NULL, S->so) != RING_OK))
+            (ring__cuda_stream_sync(NULL, S->st) != RING_OK || ring__cuda_stream_sync(NULL, S->so) != RING_OK) &&
+            !quarantine)
             quarantine = 2;
         if (quarantine == 2) stage_destroy(S);
         else if (!quarantine) stage_put(S);

@@ -18,15 +18,16 @@
  * Moving a message (the same slot protocol as shared memory, so the engine cannot tell them
  * apart): a message of L bytes takes max(1, ceil(L / slot_bytes)) slots. For each piece the
  * sender writes a 64-byte header (message number, message length, offset) and the piece into
- * slot (k mod nslots) of the receiver with one RDMA WRITE WITH IMMEDIATE, imm = k mod 2^32;
- * pieces that fit the queue pair's inline limit go inline from the caller's buffer, larger
- * ones are first copied into the sender's registered staging slot k. Slot k goes on queue pair
+ * slot (k mod nslots) of the receiver with one RDMA WRITE WITH IMMEDIATE, imm = k mod 2^31;
+ * every piece is first copied behind its header into the sender's registered staging slot k,
+ * and pieces that fit the queue pair's inline limit go inline from there (the slot is free
+ * again at once). Slot k goes on queue pair
  * k mod nqp. The receiver learns of slot k from the receive completion the immediate consumes
  * (posted receives are replenished at once), checks the header against the receive it has
  * posted, and either copies the piece out or hands the slot to the engine, which reduces
  * straight out of it (zero copy). Freed slots are returned in order: the receiver writes its
  * freed count into the sender's credit word with RDMA WRITE WITH IMMEDIATE (imm = the count's
- * low half), and the sender never has more than nslots slots beyond the last count it got,
+ * low 31 bits), and the sender never has more than nslots slots beyond the last count it got,
  * so it can never overrun the receiver (credit flow control).
  * Bytes on the wire per message: L + 64 per piece, plus one 8-byte credit write per batch of
  * freed slots.
@@ -71,6 +72,7 @@
 #include "bootstrap.h"
 #include "log.h"
 #include "msgq.h"
+#include "net.h"
 #include "rdma.h"
 #include "topo.h"
 #include "wire.h"
@@ -204,7 +206,7 @@ static ring_result_t open_port(rdma_ctx *ctx, char *why, size_t len)
     ring_comm_t *comm = ctx->comm;
     const char *spec = getenv("RING_IB_HCA");
     char planned[64] = "";
-    int ndev = 0, want_port = 0;
+    int ndev = 0;
     struct ibv_device **list = ibv_get_device_list(&ndev);
     if (!list) {
         int e = errno;
@@ -213,10 +215,7 @@ static ring_result_t open_port(rdma_ctx *ctx, char *why, size_t len)
         if (e == ENOSYS) snprintf(why + strlen(why), len - strlen(why), ")");
         return RING_ERR_SYSTEM;
     }
-    if (spec && *spec) {
-        const char *colon = strrchr(spec, ':');
-        if (colon && colon[1]) want_port = atoi(colon + 1);
-    } else if (comm->topo) {
+    if (!(spec && *spec) && comm->topo) {
         ring__topo_req_t req;
         ring__topo_plan_t *pl = calloc(1, sizeof *pl);
         if (pl && ring__topo_req_init(comm, comm->topo, &req) == RING_OK) {
@@ -231,6 +230,7 @@ static ring_result_t open_port(rdma_ctx *ctx, char *why, size_t len)
         for (int i = 0; i < ndev && !ctx->dev; i++) {
             const char *name = ibv_get_device_name(list[i]);
             if (spec && *spec && !ring__topo_name_match(spec, name)) continue;
+            const int want_port = spec && *spec ? ring__hca_port_of(spec, name) : 0; /* this entry's */
             if (pass == 0 && (!planned[0] || strcmp(planned, name))) continue;
             struct ibv_context *d = ibv_open_device(list[i]);
             struct ibv_device_attr da;
@@ -1030,6 +1030,8 @@ static ring_result_t poll_cq(rdma_conn *c, int *moved);
  * so the wait is short; it is bounded by RING_TIMEOUT_MS all the same. */
 static ring_result_t send_credit(rdma_conn *c)
 {
+    /* A failed queue pair's flushed entries are not counted back: nothing would come free. */
+    if (c->failed) return c->failed;
     if (c->sq_out[0] >= c->sq_max) {
         const int64_t deadline = ring__now_ns() + (int64_t)c->ctx->comm->params.timeout_ms * 1000000;
         c->n_credit_waits++;
@@ -1040,6 +1042,7 @@ static ring_result_t send_credit(rdma_conn *c)
             if (!moved && ring__now_ns() > deadline)
                 return conn_fail(c, RING_ERR_TIMEOUT, "no send queue entry came free for a credit in %d ms (RING_TIMEOUT_MS)",
                                  c->ctx->comm->params.timeout_ms);
+            if (!moved) ring__nap_ns(20000); /* on a soft device the peer's kernel needs this CPU */
         }
     }
     c->cred[1] = c->freed; /* the source word; the sender reads the count from the immediate */
@@ -1389,7 +1392,9 @@ static int stuck(rdma_conn *c)
         for (int q = 0; q < c->nqp; q++) out += c->sq_out[q];
         return c->q.qh != NULL || out > 0 || reads_pending(c);
     }
-    return c->q.qh != NULL && !c->flag[c->next % c->nslots];
+    /* The head slot has arrived but names a buffer still being read from the sender. */
+    const uint32_t i = (uint32_t)(c->next % c->nslots);
+    return c->q.qh != NULL && (!c->flag[i] || c->rstate[i] == 1);
 }
 
 static void drain_socket(rdma_conn *c)
@@ -1460,12 +1465,15 @@ static void rdma_close(void *vc)
         RING_LOG(RING_LOG_INFO, RING_SUB_NET, c->ctx->comm->rank,
                  "rdma: from rank %d: %llu credit(s) waited for a send queue entry", c->peer,
                  (unsigned long long)c->n_credit_waits);
-    /* The last credit may still be on its way, and a sender's message read from its buffer is
-     * not done before that credit arrives: destroying the queue pair now would drop it, and
-     * the sender would report a collective that succeeded as a peer gone. */
-    for (int64_t until = ring__now_ns() + 1000000000LL; !c->is_send && !c->failed && c->sq_out[0] > 0;) {
-        int moved = 0;
-        if (poll_cq(c, &moved) != RING_OK || ring__now_ns() > until) break;
+    /* Receiver: the last credit may still be on its way, and a sender's message read from its
+     * buffer is not done before that credit arrives. Sender: a message counts as sent once its
+     * last write is posted, and the adapter may not have carried it yet (up to depth x 4 MiB).
+     * Destroying the queue pair now would drop either, and the peer would report a collective
+     * that succeeded as a peer gone. */
+    for (int64_t until = ring__now_ns() + 1000000000LL; !c->failed;) {
+        int out = 0, moved = 0;
+        for (int q = 0; q < c->nqp; q++) out += c->sq_out[q];
+        if (!out || poll_cq(c, &moved) != RING_OK || ring__now_ns() > until) break;
         if (!moved) ring__nap_ns(20000);
     }
     if (c->armed) {

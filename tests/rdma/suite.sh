@@ -261,10 +261,11 @@ fi
 
 # Several queue pairs per connection (RING_IB_QPS_PER_PEER, 1 elsewhere in this suite): slot k
 # goes on queue pair k mod n, writes may overtake each other across them, and the receiver
-# must still take the slots in order. ring_perf checks every result (-c 1).
+# must still take the slots in order. ring_perf checks every result (-c 1). The device comes
+# from a list whose entries name their own ports (the last entry's port used to apply to all).
 # shellcheck disable=SC2317  # called through stage
 multi_qp() {
-  RING_TRANSPORT=rdma RING_IB_QPS_PER_PEER=3 RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 \
+  RING_TRANSPORT=rdma RING_IB_HCA=rxe0:1,mlx5_0:2 RING_IB_QPS_PER_PEER=3 RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 \
     RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/qp.%p \
     timeout 300 "$build/tools/ringrun" -n 3 "$build/perf/ring_perf" -b 4 -e 2M -f 8 -n 2 -w 1 -c 1 --no-probe \
     > "$tmp/qp-perf.log" 2>&1 || { tail -n 40 "$tmp/qp-perf.log"; return 1; }
@@ -276,7 +277,7 @@ multi_qp() {
     { echo "suite: RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 did not reach the queue pairs"; return 1; }
 }
 if [ "$transport" = rdma ] && want qps; then
-  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3, RING_IB_TIMEOUT=16, RING_IB_RETRY_CNT=5), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
+  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3, RING_IB_TIMEOUT=16, RING_IB_RETRY_CNT=5, RING_IB_HCA=rxe0:1,mlx5_0:2), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
     multi_qp
 fi
 

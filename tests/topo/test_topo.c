@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "net.h"
 #include "topo.h"
 
 static void clean_env(void)
@@ -209,6 +210,13 @@ Test(topo, device_filters)
     cr_assert(ring__topo_name_match("=mlx5_1:1,mlx5_3", "mlx5_1"));
     cr_assert(!ring__topo_name_match("^=mlx5_1:1", "mlx5_1"));
     cr_assert(ring__topo_name_match("^=mlx5_1:1", "mlx5_10"));
+    /* The port is the matching entry's: it used to be the last colon's of the whole list. */
+    cr_assert_eq(ring__hca_port_of("rxe0:1,mlx5_0:2", "rxe0"), 1);
+    cr_assert_eq(ring__hca_port_of("rxe0:1,mlx5_0:2", "mlx5_0"), 2);
+    cr_assert_eq(ring__hca_port_of("mlx5_0:2,rxe0", "rxe0"), 0);
+    cr_assert_eq(ring__hca_port_of("=mlx5_1:1,mlx5_3", "mlx5_3"), 0);
+    cr_assert_eq(ring__hca_port_of("^mlx5_0:1", "mlx5_1"), 0);
+    cr_assert_eq(ring__hca_port_of("mlx5_0:1", "mlx5_1"), 0);
 }
 
 Test(topo, launcher_local_rank)
