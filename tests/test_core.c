@@ -758,6 +758,39 @@ Test(bootstrap, hello_roundtrip_and_rejections)
 
 /* ---- single-rank communicator ------------------------------------------------------------ */
 
+/* A collective's failure text is what its own thread set, even when another thread's refused
+ * call on the same communicator overwrote the last error in between: the text goes to every
+ * rank (ring__comm_fail), and it used to be read back from comm->errmsg after the collective
+ * returned, so another thread's "invalid dtype" could be sent as this call's cause. */
+static void *refused_call(void *c)
+{
+    ring_result_t rc = ring_allreduce(c, NULL, NULL, 1, (ring_dtype_t)99, RING_SUM);
+    return (void *)(intptr_t)rc;
+}
+
+Test(comm, failure_text_of_a_collective_survives_another_threads_refused_call)
+{
+    clear_env();
+    ring_comm_t *c = NULL;
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    ring__op_begin(c);
+    ring__seterr(c, RING_ERR_TIMEOUT, "allreduce #7: the collective's own failure");
+    pthread_t t;
+    void *res;
+    cr_assert_eq(pthread_create(&t, NULL, refused_call, c), 0);
+    pthread_join(t, &res);
+    cr_assert_eq((ring_result_t)(intptr_t)res, RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(c), "invalid dtype"), "%s", ring_comm_last_error(c));
+    char out[RING__ERRMSG_MAX];
+    ring__op_error(c, out, sizeof out);
+    ring__op_end();
+    cr_assert_str_eq(out, "allreduce #7: the collective's own failure");
+    /* Outside a collective, the communicator's last error, whoever set it. */
+    ring__op_error(c, out, sizeof out);
+    cr_assert(strstr(out, "invalid dtype"), "%s", out);
+    ring_comm_destroy(c);
+}
+
 Test(comm, single_rank_runs_every_collective)
 {
     clear_env();

@@ -216,6 +216,21 @@ int __wrap_posix_fallocate64(int fd, off_t off, off_t len)
     return ENOSPC;
 }
 
+/* Fault injection (--wrap=write): this thread's writes to stderr (the log) wait this many ms
+ * first, as a thread that loses its CPU there would: the abort below has woken its call by
+ * then and goes on using the communicator afterwards. */
+static __thread int slow_log_ms;
+ssize_t __real_write(int fd, const void *buf, size_t len);
+ssize_t __wrap_write(int fd, const void *buf, size_t len);
+ssize_t __wrap_write(int fd, const void *buf, size_t len)
+{
+    if (slow_log_ms > 0 && fd == STDERR_FILENO) {
+        struct timespec ts = {slow_log_ms / 1000, (long)(slow_log_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return __real_write(fd, buf, len);
+}
+
 typedef struct init_arg {
     int n, rank;
     int fail_create_at; /* 0, or which of init's thread starts fails */
@@ -2349,6 +2364,43 @@ Test(abort, unblocks_a_call_in_flight_within_100_ms, .timeout = 120)
                     other[i].async ? " async" : "", other[i].count, t, msg);
         cr_assert(t < 1000, "%s: %.1f ms from ring_comm_abort to the call's return", kind_name[other[i].kind], t);
     }
+}
+
+/* A watchdog thread aborts; the call it wakes returns at once, and its thread destroys the
+ * communicator, as the docs say to, while the abort still records and sends its error (its
+ * log line made slow here). Destroy must wait for the abort to finish: it used to free the
+ * communicator under it (ASan: heap-use-after-free in ring_comm_abort). */
+static double abort_returned_ms;
+
+static void *abort_slowly(void *comm)
+{
+    slow_log_ms = 300;
+    ring_comm_abort(comm);
+    abort_returned_ms = now_ms();
+    return NULL;
+}
+
+Test(abort, destroy_right_after_the_woken_call_waits_for_the_abort_to_finish, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_DEBUG", "WARN", 1); /* the abort's error is logged: where its thread waits */
+    ring_comm_t *c[2];
+    group_init(c, 2, 20000);
+    call_t k = {.comm = c[0], .kind = K_ALLREDUCE, .count = 1 << 16, .dt = RING_FLOAT32, .op = RING_SUM};
+    call_start(&k); /* rank 1 never joins: the call waits */
+    sleep_ms(100);
+    pthread_t w;
+    cr_assert_eq(pthread_create(&w, NULL, abort_slowly, c[0]), 0);
+    pthread_join(k.t, NULL);
+    cr_assert_eq(k.rc, RING_ERR_ABORTED, "%s: %s", ring_result_name(k.rc), k.msg);
+    cr_assert_eq(ring_comm_destroy(c[0]), RING_OK);
+    const double destroyed = now_ms();
+    pthread_join(w, NULL);
+    cr_log_info("call returned %.0f ms before the abort did; destroy returned %.0f ms after it", abort_returned_ms - k.t_end,
+                destroyed - abort_returned_ms);
+    cr_assert_geq(destroyed, abort_returned_ms, "ring_comm_destroy returned %.0f ms before ring_comm_abort",
+                  abort_returned_ms - destroyed);
+    ring_comm_destroy(c[1]);
 }
 
 /* A call that failed on a closed data connection waits up to 4 s for the cause (comm.c).

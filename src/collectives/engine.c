@@ -162,7 +162,7 @@ ring_result_t ring__algo_failed(ring_comm_t *comm, ring_result_t rc, const ring_
 {
     if (rc == RING_OK || rc == RING_ERR_MISMATCH) return rc;
     char detail[RING__ERRMSG_MAX];
-    snprintf(detail, sizeof detail, "%s", comm->errmsg);
+    ring__op_error(comm, detail, sizeof detail);
     return ring__seterr(comm, rc, "%s #%llu (%s): %s", ring__coll_name(op->coll), (unsigned long long)op->seq, algo, detail);
 }
 
@@ -423,7 +423,7 @@ ring_result_t ring__engine_run(ring__sched_t *s)
 
         if (got_desc && sent_desc && ns_done == s->nsend && nr_done == s->nrecv) break;
 
-        if (busy || moved) {
+        if ((busy || moved) && !ring__stop_pending(comm)) {
             ring__idle_progress(&idle);
             continue;
         }
@@ -433,8 +433,10 @@ ring_result_t ring__engine_run(ring__sched_t *s)
 fail:
     if (!got_desc) ring__desc_salvage(comm, &rc, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]);
     if (rc != RING_OK) {
+        char why[RING__ERRMSG_MAX];
+        ring__op_error(comm, why, sizeof why);
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu failed: %s", ring__coll_name(s->op->coll),
-                 (unsigned long long)s->op->seq, comm->errmsg);
+                 (unsigned long long)s->op->seq, why);
     }
     return rc;
 }

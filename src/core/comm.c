@@ -53,16 +53,15 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring_result_t fc = ring__failed_result(comm, ring__coll_name(op->coll));
     if (fc != RING_OK) return fc;
+    ring__op_begin(comm);
     ring_result_t rc = ring__run_op(comm, op);
     int left = -1;
-    /* The failure's own text, taken now: during the wait below another thread's call (an
-     * argument error, say) may overwrite the communicator's last error. */
+    /* The failure's own text, as this thread set it: another thread's call (an argument
+     * error, say) may have overwritten the communicator's last error since, and may during
+     * the wait below. */
     char cause[RING__ERRMSG_MAX] = "";
-    if (rc != RING_OK) {
-        pthread_mutex_lock(&comm->err_mu);
-        memcpy(cause, comm->errmsg, sizeof cause);
-        pthread_mutex_unlock(&comm->err_mu);
-    }
+    if (rc != RING_OK) ring__op_error(comm, cause, sizeof cause);
+    ring__op_end();
     if (rc == RING_ERR_PEER || rc == RING_ERR_PROTOCOL) {
         /* A rank that left (its goodbye came over the star) explains a closed connection, and
          * no FAIL will follow it. */
@@ -80,9 +79,7 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     if (atomic_load(&comm->aborted)) return ring__seterr(comm, RING_ERR_ABORTED, "%s: aborted by ring_comm_abort", what);
     if (atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
     if (left >= 0) ring__watch_note_left(comm, left, what, cause, sizeof cause);
-    pthread_mutex_lock(&comm->err_mu);
-    memcpy(comm->errmsg, cause, sizeof comm->errmsg);
-    pthread_mutex_unlock(&comm->err_mu);
+    ring__errmsg_put(comm, cause);
     ring__comm_fail(comm, rc, cause);
     return rc;
 }
@@ -153,7 +150,10 @@ ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
         struct ring_request r = {.comm = comm, .op = *op, .on_stack = 1};
         atomic_init(&r.done, 0);
         enqueue(comm, &r);
+        comm->waiters++;
         while (!atomic_load(&r.done)) pthread_cond_wait(&comm->cv_done, &comm->mu);
+        comm->waiters--;
+        pthread_cond_broadcast(&comm->cv_done); /* destroy may wait for the last waiter */
         pthread_mutex_unlock(&comm->mu);
         return r.result;
     }
@@ -267,6 +267,18 @@ static void live_add(ring_comm_t *comm)
     comm->live_next = live_head;
     live_head = comm;
     pthread_mutex_unlock(&live_mu);
+}
+
+/* ring_comm_abort's hold: comm is live and stays allocated until abort_done, because destroy
+ * waits for every hold taken before live_remove took comm off the list. */
+static int abort_hold(ring_comm_t *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_mu);
+    for (ring_comm_t *c = live_head; c && !found; c = c->live_next) found = c == comm;
+    if (found) atomic_fetch_add(&comm->aborting, 1);
+    pthread_mutex_unlock(&live_mu);
+    return found;
 }
 
 /* Returns 0 if comm was not live. */
@@ -559,6 +571,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
     comm->wake_fd = -1;
     atomic_init(&comm->fail_code, RING_OK);
     atomic_init(&comm->aborted, 0);
+    atomic_init(&comm->aborting, 0);
     atomic_init(&comm->remote_failed, 0);
     atomic_init(&comm->cuda_ipc_device, -1);
     comm->watch_stop_fd = -1;
@@ -629,7 +642,9 @@ ring_result_t ring_comm_init_env(ring_comm_t **comm)
 ring_result_t ring_comm_abort(ring_comm_t *comm)
 {
     if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: comm is NULL");
-    if (!ring__comm_live(comm))
+    /* The call it wakes returns at once, and its thread may destroy comm while this one still
+     * tells the other ranks (a watchdog's abort, then the main thread's destroy). */
+    if (!abort_hold(comm))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: not a live communicator (destroyed?)");
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     uint64_t one = 1;
@@ -648,6 +663,7 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
     comm->qtail = NULL;
     pthread_cond_broadcast(&comm->cv_done);
     pthread_mutex_unlock(&comm->mu);
+    atomic_fetch_sub_explicit(&comm->aborting, 1, memory_order_release); /* comm may be freed from here */
     return RING_OK;
 }
 
@@ -661,11 +677,14 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     pthread_cond_broadcast(&comm->cv_work);
     pthread_mutex_unlock(&comm->mu);
     if (comm->thread_started) pthread_join(comm->thread, NULL);
-    /* A blocking call still running inline in another thread would be a caller bug; wait for it
-     * rather than free memory under it. */
+    /* A blocking call still running inline in another thread, or waiting in the queue for its
+     * turn, would be a caller bug; wait for it rather than free memory under it. */
     pthread_mutex_lock(&comm->mu);
-    while (comm->busy) pthread_cond_wait(&comm->cv_done, &comm->mu);
+    while (comm->busy || comm->waiters) pthread_cond_wait(&comm->cv_done, &comm->mu);
     pthread_mutex_unlock(&comm->mu);
+    /* An abort from another thread (a watchdog) may still be telling the other ranks after the
+     * call it woke returned; each send is bounded (200 ms), so is this. */
+    while (atomic_load_explicit(&comm->aborting, memory_order_acquire)) ring__nap_ns(1000000);
     ring__watch_stop(comm);
 #if RING_HAVE_CUDA
     ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */

@@ -77,6 +77,39 @@ static _Thread_local char tls_err[RING__ERRMSG_MAX];
 
 char *ring__tls_errbuf(void) { return tls_err; }
 
+/* The collective this thread runs (run_one), and the last error it set on its communicator:
+ * another thread's call on the same communicator (a refused argument, say) may overwrite
+ * comm->errmsg before the collective's failure is taken up and sent to the other ranks. */
+static _Thread_local const ring_comm_t *op_comm;
+static _Thread_local char op_err[RING__ERRMSG_MAX];
+
+void ring__op_begin(const ring_comm_t *comm)
+{
+    op_comm = comm;
+    op_err[0] = '\0';
+}
+
+void ring__op_end(void) { op_comm = NULL; }
+
+void ring__op_error(ring_comm_t *comm, char *out, size_t len)
+{
+    if (comm == op_comm && op_err[0]) {
+        snprintf(out, len, "%s", op_err);
+        return;
+    }
+    pthread_mutex_lock(&comm->err_mu);
+    snprintf(out, len, "%s", comm->errmsg);
+    pthread_mutex_unlock(&comm->err_mu);
+}
+
+void ring__errmsg_put(ring_comm_t *comm, const char *text)
+{
+    pthread_mutex_lock(&comm->err_mu);
+    snprintf(comm->errmsg, sizeof comm->errmsg, "%s", text);
+    pthread_mutex_unlock(&comm->err_mu);
+    if (comm == op_comm) snprintf(op_err, sizeof op_err, "%s", text);
+}
+
 static ring_result_t vset(ring_comm_t *comm, ring_result_t code, int errnum, const char *fmt,
                           va_list ap)
 {
@@ -90,9 +123,7 @@ static ring_result_t vset(ring_comm_t *comm, ring_result_t code, int errnum, con
         snprintf(buf + n, sizeof buf - (size_t)n, ": %s (errno %d)", es, errnum);
     }
     if (comm) {
-        pthread_mutex_lock(&comm->err_mu);
-        memcpy(comm->errmsg, buf, sizeof buf);
-        pthread_mutex_unlock(&comm->err_mu);
+        ring__errmsg_put(comm, buf);
         RING_LOG(RING_LOG_WARN, RING_SUB_ALL, comm->rank, "%s: %s", ring_result_name(code), buf);
     } else {
         memcpy(tls_err, buf, sizeof buf);
@@ -140,9 +171,11 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)
 {
     int fc = atomic_load(&comm->fail_code);
     if (fc == RING_OK) return RING_OK;
+    char buf[RING__ERRMSG_MAX];
     pthread_mutex_lock(&comm->err_mu);
-    snprintf(comm->errmsg, sizeof comm->errmsg, "%s: communicator failed earlier: %.900s", what, comm->fail_msg);
+    snprintf(buf, sizeof buf, "%s: communicator failed earlier: %.900s", what, comm->fail_msg);
     pthread_mutex_unlock(&comm->err_mu);
+    ring__errmsg_put(comm, buf);
     return (ring_result_t)fc;
 }
 

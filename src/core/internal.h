@@ -126,6 +126,7 @@ struct ring_comm {
     char errmsg[RING__ERRMSG_MAX];
 
     atomic_int aborted;
+    atomic_int aborting;      /* ring_comm_abort calls still inside: destroy waits for them */
     atomic_int remote_failed; /* another rank failed or died (watch.c); fail_code/msg say how */
     int wake_fd; /* eventfd: abort() and the watcher write it so that a poll() in progress returns */
 
@@ -144,6 +145,7 @@ struct ring_comm {
     struct ring_request *qhead, *qtail;
     struct ring_request *live;
     int busy;     /* an operation is running (inline in a caller, or on the thread) */
+    int waiters;  /* blocking calls waiting in the queue for their turn: destroy waits for them */
     int shutdown; /* destroy in progress */
     int thread_started;
     pthread_t thread;
@@ -224,6 +226,14 @@ void ring__comm_fail(ring_comm_t *comm, ring_result_t code, const char *text);
 ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);
 /* Thread-local message buffer for failures without a communicator. */
 char *ring__tls_errbuf(void);
+/* Around a collective run on this thread (run_one): the errors this thread sets on comm
+ * meanwhile are also kept for it, and ring__op_error gives the last of them (else
+ * comm->errmsg), whatever other threads' calls wrote into comm->errmsg since. */
+void ring__op_begin(const ring_comm_t *comm);
+void ring__op_end(void);
+void ring__op_error(ring_comm_t *comm, char *out, size_t len);
+/* Set comm's last error to text (and this thread's collective's, as ring__seterr does). */
+void ring__errmsg_put(ring_comm_t *comm, const char *text);
 
 /* Queue (reqp != NULL) or run (reqp == NULL) a validated operation; assigns op->seq. */
 ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t **reqp);

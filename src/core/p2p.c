@@ -344,7 +344,7 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
         }
         if (ndone == nops) break;
 
-        if (busy || moved) {
+        if ((busy || moved) && !ring__stop_pending(comm)) {
             ring__idle_progress(&idle);
             continue;
         }

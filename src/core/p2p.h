@@ -95,6 +95,14 @@ static inline void ring__idle_start(ring__idle_t *k, int64_t spin_ns)
     *k = (ring__idle_t){.spin_ns = spin_ns, .fresh = 1};
 }
 static inline void ring__idle_progress(ring__idle_t *k) { k->fresh = 1; }
+/* An abort or another rank's failure is pending: a loop that keeps moving data goes to its
+ * idle wait anyway, which returns the error (it used to notice only once the data stopped,
+ * up to the whole call later). Two relaxed loads per pass. */
+static inline int ring__stop_pending(ring_comm_t *comm)
+{
+    return atomic_load_explicit(&comm->aborted, memory_order_relaxed) ||
+           atomic_load_explicit(&comm->remote_failed, memory_order_relaxed);
+}
 static inline int64_t ring__idle_ns(ring__idle_t *k)
 {
     if (k->fresh || k->now - k->last >= k->spin_ns || !(++k->tries & 15)) k->now = ring__now_ns();

@@ -112,9 +112,11 @@ int ring__watch_someone_left(ring_comm_t *comm)
 
 ring_result_t ring__remote_result(ring_comm_t *comm, const char *what)
 {
+    char buf[RING__ERRMSG_MAX];
     pthread_mutex_lock(&comm->err_mu);
-    snprintf(comm->errmsg, sizeof comm->errmsg, "%s: %.900s", what, comm->fail_msg);
+    snprintf(buf, sizeof buf, "%s: %.900s", what, comm->fail_msg);
     pthread_mutex_unlock(&comm->err_mu);
+    ring__errmsg_put(comm, buf);
     int fc = atomic_load(&comm->fail_code);
     /* remote_failed is only set after a failure code was recorded; never report success. */
     return fc == RING_OK ? RING_ERR_INTERNAL : (ring_result_t)fc;

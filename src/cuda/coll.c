@@ -582,7 +582,7 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             break;
 
         int64_t now = ring__now_ns();
-        if (busy || moved) {
+        if ((busy || moved) && !ring__stop_pending(comm)) {
             last = now;
             continue;
         }
