@@ -11,12 +11,26 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reduce.h"
 #include "ring_config.h"
 #include "ringcomm.h"
+
+/* RING_TEST_REDUCE_PATH: every case below runs on that compiled path of the loops (the
+ * dispatch picks the widest the CPU has, so the others would never be checked here). Before
+ * Criterion forks the test processes, which inherit it. */
+__attribute__((constructor)) static void reduce_path_from_env(void)
+{
+    const char *p = getenv("RING_TEST_REDUCE_PATH");
+    if (!p || !*p) return;
+    if (ring__reduce_force(p) != 0) {
+        fprintf(stderr, "SKIP: this CPU or build has no %s path for the reduction loops\n", p);
+        exit(77);
+    }
+}
 
 static const char *const dtype_names[] = {"int8",    "uint8",   "int32",    "uint32",  "int64",
                                           "uint64",  "float16", "bfloat16", "float32", "float64"};

@@ -6,9 +6,10 @@
  *    on any target and give the same bits as the F16C instructions;
  *  - one always-inline kernel per dtype family (integers, float/double, 16-bit floats), each a
  *    switch over the op with one plain element-wise loop per case;
- *  - run(): the switch over the dtype, compiled once per target clone (x86-64-v4, x86-64-v3,
- *    baseline) so the loader picks the widest SIMD the CPU has; with RING_HAVE_TARGET_CLONES 0
- *    (or a compiler other than GCC) it is one plain function, vectorised for the baseline;
+ *  - run_*(): the switch over the dtype, compiled once per target (x86-64-v4, x86-64-v3,
+ *    baseline); the widest the CPU has runs, picked once (ring__reduce_force lets the tests run
+ *    each one on a CPU that has them all); with RING_HAVE_TARGET_CLONES 0 (or a compiler other
+ *    than GCC) there is only the baseline, vectorised for it;
  *  - half_f16c(): fp16 with F16C intrinsics, used where the v3 clone would run (see there for
  *    why, and why _Float16 is not used);
  *  - the entry points.
@@ -20,6 +21,7 @@
  * the two payloads survives may depend on the operand order the compiler picked. All of this
  * assumes the default floating-point environment (round to nearest); FTZ/DAZ do not break it.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,18 +34,15 @@
 #endif
 
 /*
- * Only GCC gets the clones. Clang 14 accepts target_clones("arch=x86-64-v3") (so the build's
- * check passes) but treats "arch=x86-64-vN" as a CPU-model name: its resolver never selects
- * the v3 clone and picks v4 on a CPU-vendor comparison; nor does it know
- * __builtin_cpu_supports("x86-64-v3").
+ * Only GCC gets the per-level copies. Clang 14 treats "arch=x86-64-vN" as a CPU-model name
+ * (its target_clones resolver never selected the v3 clone and picked v4 on a CPU-vendor
+ * comparison) and does not know __builtin_cpu_supports("x86-64-v3").
  */
 #if RING_HAVE_TARGET_CLONES && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define USE_CLONES 1
 #include <immintrin.h>
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define USE_CLONES 0
-#define CLONES
 #endif
 
 /* The kernels must be inlined into each clone to be compiled for its ISA. */
@@ -253,8 +252,8 @@ FLOAT_KERNEL(double_kernel, double)
 NARROW_KERNEL(half_kernel, half_to_float, float_to_half)
 NARROW_KERNEL(bf16_kernel, bf16_to_float, float_to_bf16)
 
-CLONES static void run(void *dst, const void *a, const void *b, size_t n, ring_dtype_t dtype,
-                       ring_op_t op, int nranks)
+KERNEL void run_body(void *dst, const void *a, const void *b, size_t n, ring_dtype_t dtype, ring_op_t op,
+                     int nranks)
 {
     switch (dtype) {
     case RING_INT8: int8_kernel(dst, a, b, n, 1, op, nranks); return;
@@ -269,6 +268,54 @@ CLONES static void run(void *dst, const void *a, const void *b, size_t n, ring_d
     case RING_FLOAT64: double_kernel(dst, a, b, n, op, nranks); return;
     default: return;
     }
+}
+
+/* Paths, widest last; each run_* is run_body compiled for its target. */
+enum { PATH_GENERIC, PATH_V3, PATH_V4 };
+static const char *const path_names[] = {"generic", "x86-64-v3", "x86-64-v4"};
+
+static void run_generic(void *dst, const void *a, const void *b, size_t n, ring_dtype_t dtype, ring_op_t op, int nranks)
+{
+    run_body(dst, a, b, n, dtype, op, nranks);
+}
+
+#if USE_CLONES
+__attribute__((target("arch=x86-64-v3"))) static void run_v3(void *dst, const void *a, const void *b, size_t n,
+                                                              ring_dtype_t dtype, ring_op_t op, int nranks)
+{
+    run_body(dst, a, b, n, dtype, op, nranks);
+}
+
+__attribute__((target("arch=x86-64-v4"))) static void run_v4(void *dst, const void *a, const void *b, size_t n,
+                                                              ring_dtype_t dtype, ring_op_t op, int nranks)
+{
+    run_body(dst, a, b, n, dtype, op, nranks);
+}
+#endif
+
+/* The widest path this CPU has. */
+static int detect(void)
+{
+#if USE_CLONES
+    __builtin_cpu_init(); /* a no-op once libgcc's constructor ran; we may run before it */
+    if (__builtin_cpu_supports("x86-64-v4")) return PATH_V4;
+    if (__builtin_cpu_supports("x86-64-v3")) return PATH_V3;
+#endif
+    return PATH_GENERIC;
+}
+
+/* -1 until the first reduction (or ring__reduce_force) picks; then fixed. Racing first calls
+ * store the same value. */
+static _Atomic int chosen = -1;
+
+static int path(void)
+{
+    int p = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (p < 0) {
+        p = detect();
+        atomic_store_explicit(&chosen, p, memory_order_relaxed);
+    }
+    return p;
 }
 
 #if USE_CLONES
@@ -322,12 +369,6 @@ half_f16c(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, ring_op_t
     }
 }
 
-/* The same test the target_clones resolver makes for the v3 clone (v4 implies v3). */
-static int have_v3(void)
-{
-    __builtin_cpu_init(); /* a no-op once libgcc's constructor ran; we may run before it */
-    return __builtin_cpu_supports("x86-64-v3");
-}
 #endif
 
 static void reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
@@ -335,13 +376,19 @@ static void reduce(void *dst, const void *a, const void *b, size_t count, ring_d
 {
     if (count == 0) return;
     if (op == RING_AVG && nranks == 0) op = RING_SUM; /* not the final step */
+    switch (path()) {
 #if USE_CLONES
-    if (dtype == RING_FLOAT16 && have_v3()) {
-        half_f16c(dst, a, b, count, op, nranks);
+    case PATH_V4:
+        if (dtype == RING_FLOAT16) half_f16c(dst, a, b, count, op, nranks);
+        else run_v4(dst, a, b, count, dtype, op, nranks);
         return;
-    }
+    case PATH_V3:
+        if (dtype == RING_FLOAT16) half_f16c(dst, a, b, count, op, nranks);
+        else run_v3(dst, a, b, count, dtype, op, nranks);
+        return;
 #endif
-    run(dst, a, b, count, dtype, op, nranks);
+    default: run_generic(dst, a, b, count, dtype, op, nranks);
+    }
 }
 
 void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
@@ -357,12 +404,16 @@ void ring__reduce_final(void *dst, const void *a, const void *b, size_t count,
     reduce(dst, a, b, count, dtype, op, nranks < 1 ? 1 : nranks);
 }
 
-const char *ring__reduce_impl_name(void)
+const char *ring__reduce_impl_name(void) { return path_names[path()]; }
+
+int ring__reduce_force(const char *name)
 {
-#if USE_CLONES
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4";
-    if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3";
-#endif
-    return "generic";
+    int want = detect();
+    if (name) {
+        for (want = PATH_V4; want >= 0 && strcmp(name, path_names[want]); want--) {
+        }
+        if (want < 0 || want > detect()) return -1;
+    }
+    atomic_store_explicit(&chosen, want, memory_order_relaxed);
+    return 0;
 }

@@ -43,5 +43,8 @@ uint16_t ring__float_to_bf16(float f);
 
 /* Name of the code path the run-time dispatch picked ("x86-64-v4", "x86-64-v3", "generic"). */
 const char *ring__reduce_impl_name(void);
+/* Tests: run the path of that name from now on (NULL: the widest again). -1 where this CPU
+ * or build does not have it. Not for use while reductions run on other threads. */
+int ring__reduce_force(const char *name);
 
 #endif
