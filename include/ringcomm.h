@@ -33,7 +33,15 @@
  *   Every function may be called from any thread. Calls on one communicator are serialised
  *   internally in the order they enter the library, so calling collectives on the same
  *   communicator from several threads at once is safe but makes the order (which must match on
- *   every rank) the caller's problem. Different communicators are fully independent.
+ *   every rank) the caller's problem. Different communicators are fully independent. One
+ *   request is waited for or tested by one thread at a time.
+ *
+ * fork()
+ *   A process forked after init (a data-loader worker, say) cannot use the communicators that
+ *   existed then: every call on them returns RING_ERR_INVALID_ARG saying so, and
+ *   ring_comm_destroy() on them returns RING_OK and does nothing. The child closes their
+ *   sockets at the fork, so that a rank that dies is still seen to die while the child lives.
+ *   It may create communicators of its own.
  */
 #ifndef RINGCOMM_H
 #define RINGCOMM_H

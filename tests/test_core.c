@@ -1662,6 +1662,52 @@ Test(log, an_unknown_level_is_named_and_logs_warnings)
     cr_assert(strstr(out, "a NET warning"), "%s", out);
 }
 
+/* The log on a pipe whose reader is gone: the write fails with EPIPE and the program lives
+ * (docs/api.md: the library never raises SIGPIPE); it used to die of it. errno stays. */
+Test(log, a_closed_pipe_on_stderr_raises_no_sigpipe)
+{
+    clear_env();
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    close(p[0]);
+    int saved = dup(2);
+    cr_assert_eq(dup2(p[1], 2), 2);
+    close(p[1]);
+    setenv("RING_DEBUG", "WARN", 1);
+    ring__log_init();
+    errno = ENOENT;
+    RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "into a pipe nobody reads");
+    int e = errno;
+    dup2(saved, 2);
+    close(saved);
+    cr_assert_eq(e, ENOENT, "errno %d after the log line", e);
+    clear_env();
+}
+
+/* stderr closed before init: the log is off, and a descriptor the library opens later as fd 2
+ * (a socket of the job) never receives log lines; they used to be written into it. */
+Test(log, a_closed_stderr_is_not_written_once_something_else_takes_fd_2)
+{
+    clear_env();
+    int saved = dup(2);
+    close(2);
+    setenv("RING_DEBUG", "INFO", 1);
+    ring__log_init();
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    int took2 = sv[0] == 2 || sv[1] == 2;
+    RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "must not reach the socket");
+    char b[64];
+    ssize_t n = recv(sv[0] == 2 ? sv[1] : sv[0], b, sizeof b, MSG_DONTWAIT);
+    close(sv[0]);
+    close(sv[1]);
+    dup2(saved, 2);
+    close(saved);
+    cr_assert(took2, "the socket pair did not take fd 2");
+    cr_assert_leq(n, 0, "%zd bytes of log went into the socket", n);
+    clear_env();
+}
+
 /* A shared-memory peer that publishes its last message while this rank's sleep flag is down (so
  * it rings no doorbell) and then closes its socket: the message can be taken at once, so the
  * wait must not sleep (pollfds used to return no descriptor, and the rank slept up to 1 s on

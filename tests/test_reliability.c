@@ -216,15 +216,15 @@ int __wrap_posix_fallocate64(int fd, off_t off, off_t len)
     return ENOSPC;
 }
 
-/* Fault injection (--wrap=write): this thread's writes to stderr (the log) wait this many ms
- * first, as a thread that loses its CPU there would: the abort below has woken its call by
- * then and goes on using the communicator afterwards. */
+/* Fault injection (--wrap=write): this thread's log lines (any write longer than an eventfd's
+ * 8 bytes) wait this many ms first, as a thread that loses its CPU there would: the abort
+ * below has woken its call by then and goes on using the communicator afterwards. */
 static __thread int slow_log_ms;
 ssize_t __real_write(int fd, const void *buf, size_t len);
 ssize_t __wrap_write(int fd, const void *buf, size_t len);
 ssize_t __wrap_write(int fd, const void *buf, size_t len)
 {
-    if (slow_log_ms > 0 && fd == STDERR_FILENO) {
+    if (slow_log_ms > 0 && len > 8) {
         struct timespec ts = {slow_log_ms / 1000, (long)(slow_log_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -2401,6 +2401,73 @@ Test(abort, destroy_right_after_the_woken_call_waits_for_the_abort_to_finish, .t
     cr_assert_geq(destroyed, abort_returned_ms, "ring_comm_destroy returned %.0f ms before ring_comm_abort",
                   abort_returned_ms - destroyed);
     ring_comm_destroy(c[1]);
+}
+
+/* TCP stream sockets this process has open. */
+static int tcp_sockets(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int fd = atoi(e->d_name), dom = 0, type = 0;
+        socklen_t l = sizeof dom, m = sizeof type;
+        if (e->d_name[0] != '.' && fd != dirfd(d) && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
+            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &m) == 0 && (dom == AF_INET || dom == AF_INET6) &&
+            type == SOCK_STREAM)
+            n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* A process forked after init (a data-loader worker, say) holds none of the communicators'
+ * sockets, so a rank that dies is still seen to die while such a child lives (it used to keep
+ * every connection open: peers waited out RING_TIMEOUT_MS), and the child's calls on them say
+ * why they cannot run instead of speaking for the parent's rank. The parent goes on. */
+Test(departure, a_forked_child_holds_no_socket_and_cannot_use_the_parents_communicators, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    ring_comm_t *c[2];
+    group_init(c, 2, 20000);
+    const int before = tcp_sockets();
+    cr_assert_gt(before, 0);
+    int out[2];
+    cr_assert_eq(pipe(out), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char m[600];
+        int sockets = tcp_sockets();
+        float x = 1;
+        ring_result_t rc = ring_allreduce(c[0], &x, &x, 1, RING_FLOAT32, RING_SUM);
+        ring_result_t dc = ring_comm_destroy(c[1]);
+        int n = snprintf(m, sizeof m, "%d %d %d %s", sockets, (int)rc, (int)dc, ring_comm_last_error(NULL));
+        ssize_t w = write(out[1], m, (size_t)n);
+        _exit(w == n ? 0 : 1);
+    }
+    close(out[1]);
+    char m[600] = "";
+    ssize_t n = read(out[0], m, sizeof m - 1);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    close(out[0]);
+    cr_assert(n > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %d", st);
+    m[n] = '\0';
+    int sockets = -1, rc = -1, dc = -1, at = 0;
+    cr_assert_eq(sscanf(m, "%d %d %d %n", &sockets, &rc, &dc, &at), 3, "%s", m);
+    cr_log_info("parent: %d TCP sockets; child: %d, allreduce %s: %s, destroy %s", before, sockets,
+                ring_result_name((ring_result_t)rc), m + at, ring_result_name((ring_result_t)dc));
+    cr_assert_eq(sockets, 0, "the child kept %d of the parent's %d TCP sockets", sockets, before);
+    cr_assert_eq(rc, RING_ERR_INVALID_ARG, "child's allreduce: %s: %s", ring_result_name((ring_result_t)rc), m + at);
+    cr_assert(strstr(m + at, "fork()"), "%s", m + at);
+    cr_assert_eq(dc, RING_OK);
+    /* The parent's ranks are untouched. */
+    call_t k[2];
+    for (int r = 0; r < 2; r++) k[r] = (call_t){.comm = c[r], .kind = K_ALLREDUCE, .count = 1000, .dt = RING_FLOAT32, .op = RING_SUM};
+    run_calls(k, 2);
+    for (int r = 0; r < 2; r++) cr_assert_eq(k[r].rc, RING_OK, "rank %d after the fork: %s", r, k[r].msg);
+    group_destroy(c, 2);
 }
 
 /* A call that failed on a closed data connection waits up to 4 s for the cause (comm.c).

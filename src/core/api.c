@@ -25,8 +25,7 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
     const char *name = ring__coll_name(op->coll);
     if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: comm is NULL", name);
     if (!ring__comm_live(comm))
-        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: not a live communicator (destroyed, or never created)",
-                            name);
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: %s", name, ring__not_live_text(comm));
     if (atomic_load(&comm->fail_code) != RING_OK) { /* the name only on this path: every call comes here */
         char what[64];
         snprintf(what, sizeof what, "ring_%s", name);

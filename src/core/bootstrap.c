@@ -372,6 +372,7 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int l
             ring__sockaddr_t from;
             from.len = sizeof from.ss;
             int fd = accept4(lfd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            ring__fd_own(fd);
             if (fd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED) continue;
                 if (errno == EAGAIN || errno == EWOULDBLOCK) break;

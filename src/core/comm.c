@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,6 +180,8 @@ ring_result_t ring_wait(ring_request_t *req)
 {
     if (!req) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_wait: request is NULL");
     ring_comm_t *comm = req->comm;
+    if (ring__comm_inherited(comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_wait: %s", ring__not_live_text(comm));
     pthread_mutex_lock(&comm->mu);
     while (!atomic_load(&req->done)) pthread_cond_wait(&comm->cv_done, &comm->mu);
     if (req->live_prev) req->live_prev->live_next = req->live_next;
@@ -193,6 +196,8 @@ ring_result_t ring_wait(ring_request_t *req)
 ring_result_t ring_test(ring_request_t *req, int *done)
 {
     if (!req || !done) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_test: NULL request or done pointer");
+    if (ring__comm_inherited(req->comm))
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_test: %s", ring__not_live_text(req->comm));
     *done = atomic_load(&req->done);
     return *done ? req->result : RING_OK;
 }
@@ -267,6 +272,90 @@ static void live_add(ring_comm_t *comm)
     comm->live_next = live_head;
     live_head = comm;
     pthread_mutex_unlock(&live_mu);
+}
+
+/*
+ * fork(). A child made after init (PyTorch's DataLoader workers, a subprocess that does not
+ * exec) inherits every socket of every communicator: while it lives, a rank that dies is not
+ * seen to die (its peers' connections stay open) and they wait out RING_TIMEOUT_MS. And its
+ * calls would speak for the parent's rank. So the child closes the library's stream sockets
+ * at once (each recorded with its inode, so a number the parent reused for something else is
+ * left alone) and forgets its communicators: every call on one says why it cannot be used.
+ */
+#define OWNED_MAX 4096
+static pthread_mutex_t owned_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct owned {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+} owned[OWNED_MAX];
+static int nowned;
+#define INHERITED_MAX 64
+static const ring_comm_t *inherited[INHERITED_MAX];
+static int ninherited;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static int still(const struct owned *o)
+{
+    struct stat st;
+    return fstat(o->fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino;
+}
+
+void ring__fd_own(int fd)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return;
+    pthread_mutex_lock(&owned_mu);
+    if (nowned == OWNED_MAX) { /* drop the ones closed since */
+        int k = 0;
+        for (int i = 0; i < nowned; i++)
+            if (still(&owned[i])) owned[k++] = owned[i];
+        nowned = k;
+    }
+    if (nowned < OWNED_MAX) owned[nowned++] = (struct owned){.fd = fd, .dev = st.st_dev, .ino = st.st_ino};
+    pthread_mutex_unlock(&owned_mu);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&live_mu);
+    pthread_mutex_lock(&owned_mu);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&owned_mu);
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* Only async-signal-safe calls (fstat, close): the child of a threaded process. */
+static void fork_child(void)
+{
+    for (int i = 0; i < nowned; i++)
+        if (still(&owned[i])) close(owned[i].fd);
+    nowned = 0;
+    for (ring_comm_t *c = live_head; c; c = c->live_next)
+        if (ninherited < INHERITED_MAX) inherited[ninherited++] = c;
+    live_head = NULL;
+    atomic_fetch_add_explicit(&live_removals, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&owned_mu);
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void atfork_install(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+int ring__comm_inherited(const ring_comm_t *comm)
+{
+    for (int i = 0; comm && i < ninherited; i++)
+        if (inherited[i] == comm) return 1;
+    return 0;
+}
+
+const char *ring__not_live_text(const ring_comm_t *comm)
+{
+    return ring__comm_inherited(comm)
+               ? "not usable in this process: the communicator was created before fork() made it (create a new one here)"
+               : "not a live communicator (destroyed, or never created)";
 }
 
 /* ring_comm_abort's hold: comm is live and stays allocated until abort_done, because destroy
@@ -564,6 +653,7 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: rank %d / nranks %d out of range", rank, nranks);
     if (nranks > 1 && (!root_addr || !*root_addr))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: root_addr is required when nranks > 1");
+    pthread_once(&atfork_once, atfork_install);
     ring_comm_t *comm = calloc(1, sizeof *comm);
     if (!comm) return ring__seterr(NULL, RING_ERR_NOMEM, "ring_comm_init: out of memory");
     comm->rank = rank;
@@ -645,7 +735,7 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
     /* The call it wakes returns at once, and its thread may destroy comm while this one still
      * tells the other ranks (a watchdog's abort, then the main thread's destroy). */
     if (!abort_hold(comm))
-        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: not a live communicator (destroyed?)");
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_abort: %s", ring__not_live_text(comm));
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     uint64_t one = 1;
     if (comm->wake_fd >= 0 && write(comm->wake_fd, &one, sizeof one) < 0) { /* already signalled */ }
@@ -670,6 +760,9 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
 ring_result_t ring_comm_destroy(ring_comm_t *comm)
 {
     if (!comm) return RING_OK;
+    /* A forked process's copy: its sockets were closed at the fork, and its threads, locks and
+     * memory are the parent's state frozen mid-flight; leave them alone. */
+    if (ring__comm_inherited(comm)) return RING_OK;
     if (!live_remove(comm))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_destroy: not a live communicator (destroyed twice?)");
     pthread_mutex_lock(&comm->mu);
@@ -726,7 +819,7 @@ ring_result_t ring_comm_register(ring_comm_t *comm, void *buf, size_t bytes, rin
     if (!comm || !handle) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_register: comm or handle is NULL");
     *handle = NULL;
     if (!ring__comm_live(comm))
-        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_register: not a live communicator (destroyed?)");
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_register: %s", ring__not_live_text(comm));
     if (!buf || !bytes) return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_comm_register: NULL buffer or 0 bytes");
     if (!(r = calloc(1, sizeof *r))) return ring__seterr(comm, RING_ERR_NOMEM, "ring_comm_register: out of memory");
 #if RING_HAVE_RDMA
@@ -748,7 +841,7 @@ ring_result_t ring_comm_deregister(ring_comm_t *comm, ring_reg_t *handle)
 {
     if (!comm || !handle) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_deregister: comm or handle is NULL");
     if (!ring__comm_live(comm))
-        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_deregister: not a live communicator (destroyed?)");
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_deregister: %s", ring__not_live_text(comm));
     pthread_mutex_lock(&comm->mu);
     struct ring_reg **pp = &comm->regs;
     while (*pp && *pp != handle) pp = &(*pp)->next;

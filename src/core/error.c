@@ -181,7 +181,7 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)
 
 const char *ring_comm_last_error(const ring_comm_t *comm)
 {
-    if (comm && !ring__comm_live(comm)) return "not a live communicator (destroyed, or never created)";
+    if (comm && !ring__comm_live(comm)) return ring__not_live_text(comm);
     return comm ? comm->errmsg : tls_err;
 }
 

@@ -224,6 +224,12 @@ void ring__comm_fail(ring_comm_t *comm, ring_result_t code, const char *text);
 /* If comm has failed: set "<what>: communicator failed earlier: <first error>" and return
  * the first error's code; else RING_OK. */
 ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);
+/* fork(): a stream socket of the library, closed in a forked child (comm.c); whether comm was
+ * live when this process was forked from its parent (then unusable here); the text for a
+ * handle that is not live here. */
+void ring__fd_own(int fd);
+int ring__comm_inherited(const ring_comm_t *comm);
+const char *ring__not_live_text(const ring_comm_t *comm);
 /* Thread-local message buffer for failures without a communicator. */
 char *ring__tls_errbuf(void);
 /* Around a collective run on this thread (run_one): the errors this thread sets on comm

@@ -1,7 +1,9 @@
 /* Log sink: formats one line per call and writes it with a single write(2), so lines from
  * the progress thread and the caller's thread never interleave. */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,10 +74,12 @@ static void open_file(const char *pattern)
     }
     path[o] = '\0';
     int fd = fits ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
-    if (fd >= 0) log_fd = fd;
-    else if (!fits) {
+    if (fd >= 0) {
+        if (log_fd >= 0) close(log_fd);
+        log_fd = fd;
+    } else if (!fits && log_fd >= 0) {
         static const char m[] = "ringcomm: RING_DEBUG_FILE names a path longer than 511 bytes; logging to stderr\n";
-        ssize_t w = write(STDERR_FILENO, m, sizeof m - 1);
+        ssize_t w = write(log_fd, m, sizeof m - 1);
         (void)w;
     }
 }
@@ -96,6 +100,10 @@ static void do_init(void)
     char bad[64] = "";
     const char *s = getenv("RING_DEBUG_SUBSYS");
     if (s && *s) parse_subsys(s, bad, sizeof bad);
+    /* stderr as it is now, on a descriptor of the log's own: a program that closed fd 2 before
+     * init would otherwise have the log written into whatever the library opens next there
+     * (a socket of the job), and one that closes it later into whatever takes its place. */
+    if (level > RING_LOG_NONE) log_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
     const char *f = getenv("RING_DEBUG_FILE");
     if (f && *f && level > RING_LOG_NONE) open_file(f);
     /* The log cannot fail a call, so a value it does not know is said in the log itself. */
@@ -128,6 +136,19 @@ void ring__log(int level, unsigned subsys, int rank, const char *fmt, ...)
     size_t len = (size_t)n + (size_t)m;
     if (len > sizeof line - 2) len = sizeof line - 2;
     line[len++] = '\n';
-    ssize_t w = write(log_fd, line, len);
-    (void)w;
+    if (log_fd < 0) return; /* stderr was closed at init */
+    /* A pipe whose reader is gone must not kill the program with SIGPIPE (docs/api.md): block
+     * it for this write and take back one this write raised. errno is the caller's. */
+    int saved = errno;
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    if (write(log_fd, line, len) < 0 && errno == EPIPE && !was_pending) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = saved;
 }

@@ -173,6 +173,7 @@ ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse,
     char b[80];
     int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "socket");
+    ring__fd_own(fd);
     int one = 1;
     if (reuse) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     int err = 0;
@@ -208,6 +209,7 @@ int ring__connect_start(const ring__sockaddr_t *addr, const char *cc, int *fdp, 
     *cc_err = 0;
     int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
+    ring__fd_own(fd);
     /* Before connect: an algorithm is set up when the connection is, and one that asks for
      * pacing (BBR) leaves the socket paced even after a later switch. */
     int e = cc ? ring__sock_set_cc(fd, cc) : 0;

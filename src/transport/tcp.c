@@ -206,12 +206,12 @@ static void cc_init(tcp_ctx *ctx)
 static ring_result_t cc_error(ring_comm_t *comm, int err, const char *name)
 {
     char avail[256] = "?", allowed[256] = "?";
-    FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_congestion_control", "r");
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_congestion_control", "re");
     if (f) {
         if (!fgets(avail, sizeof avail, f)) snprintf(avail, sizeof avail, "?");
         fclose(f);
     }
-    f = fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "r");
+    f = fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "re");
     if (f) {
         if (!fgets(allowed, sizeof allowed, f)) snprintf(allowed, sizeof allowed, "?");
         fclose(f);
@@ -787,6 +787,7 @@ static ring_result_t listen_pump(tcp_listen *l)
         ring__sockaddr_t from;
         from.len = sizeof from.ss;
         int fd = accept4(l->fd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        ring__fd_own(fd);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
