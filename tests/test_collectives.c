@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -848,6 +849,19 @@ Test(shm, missing_directory_forced_shm_fails_on_every_rank, .timeout = 120)
     run_initfail(3, env, "cannot create a segment in /nonexistent-ringcomm-dir");
 }
 
+/* What a test made outside its own process, undone however it ends (an assertion that fails
+ * ends the test process through exit, which runs these). */
+static char left_mount[64], left_files[2][256];
+static void undo_left(void)
+{
+    if (left_mount[0]) {
+        umount2(left_mount, MNT_DETACH);
+        rmdir(left_mount);
+    }
+    for (int i = 0; i < 2; i++)
+        if (left_files[i][0]) unlink(left_files[i]);
+}
+
 /* A full tmpfs (a container's small /dev/shm): posix_fallocate refuses up front, so auto falls
  * back to TCP instead of dying of SIGBUS later, and shm says what to do. Needs a tmpfs mount. */
 Test(shm, full_tmpfs_is_refused_up_front, .timeout = 2 * MATRIX_DEADLINE + 60)
@@ -861,6 +875,8 @@ Test(shm, full_tmpfs_is_refused_up_front, .timeout = 2 * MATRIX_DEADLINE + 60)
         fprintf(stderr, "[shm full tmpfs] skipped: cannot mount a tmpfs here (needs root)\n");
         cr_skip_test("cannot mount a tmpfs (needs root)");
     }
+    snprintf(left_mount, sizeof left_mount, "%s", dir);
+    atexit(undo_left);
     char dirvar[96];
     snprintf(dirvar, sizeof dirvar, "RING_SHM_DIR=%s", dir);
     const char *const env_auto[] = {"RING_TRANSPORT=auto", dirvar, NULL};
@@ -870,6 +886,7 @@ Test(shm, full_tmpfs_is_refused_up_front, .timeout = 2 * MATRIX_DEADLINE + 60)
     snprintf(cmd, sizeof cmd, "umount %s", dir);
     cr_expect(system(cmd) == 0, "umount %s failed", dir);
     rmdir(dir);
+    left_mount[0] = '\0';
 }
 
 /* A segment whose creator was killed before its peer mapped it is removed by the next
@@ -884,6 +901,9 @@ Test(shm, segments_of_dead_creators_are_swept, .timeout = MATRIX_DEADLINE + 60)
     snprintf(stale, sizeof stale, "/dev/shm/ringcomm-%u-%d-00000000deadbeef-0-1-0", (unsigned)geteuid(), (int)dead);
     snprintf(live, sizeof live, "/dev/shm/ringcomm-%u-%d-00000000deadbeef-0-1-0", (unsigned)geteuid(), (int)getpid());
     int fd1 = open(stale, O_CREAT | O_EXCL | O_WRONLY, 0600), fd2 = open(live, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    snprintf(left_files[0], sizeof left_files[0], "%s", stale);
+    snprintf(left_files[1], sizeof left_files[1], "%s", live);
+    atexit(undo_left);
     cr_assert(fd1 >= 0 && fd2 >= 0, "cannot create test files in /dev/shm: %s", strerror(errno));
     close(fd1);
     close(fd2);

@@ -1095,7 +1095,9 @@ Test(pair, async_and_blocking_calls_keep_issue_order)
     ring_comm_t *c0, *c1;
     init_pair(&c0, &c1);
     float b0[300], b1[300];
-    for (int i = 0; i < 300; i++) b0[i] = b1[i] = (float)i;
+    /* Different data on the ranks: the first MAX makes both i + 1000, and only a MIN that ran
+     * before it (the order broken) could bring either back to i. */
+    for (int i = 0; i < 300; i++) b0[i] = (float)i, b1[i] = (float)(i + 1000);
     coll_arg a0 = {.comm = c0, .count = 300, .buf = b0}, a1 = {.comm = c1, .count = 300, .buf = b1};
     pthread_t t0, t1;
     pthread_create(&t0, NULL, barrier_loop, &a0);
@@ -1104,7 +1106,8 @@ Test(pair, async_and_blocking_calls_keep_issue_order)
     pthread_join(t1, NULL);
     cr_assert_eq(a0.rc, RING_OK, "%s", ring_comm_last_error(c0));
     cr_assert_eq(a1.rc, RING_OK, "%s", ring_comm_last_error(c1));
-    for (int i = 0; i < 300; i++) cr_assert(b0[i] == (float)i && b1[i] == (float)i);
+    for (int i = 0; i < 300; i++)
+        cr_assert(b0[i] == (float)(i + 1000) && b1[i] == (float)(i + 1000), "element %d: %g and %g", i, b0[i], b1[i]);
     ring_comm_destroy(c0);
     ring_comm_destroy(c1);
 }
@@ -1565,6 +1568,7 @@ Test(pair, algo_sm_forces_the_page_for_the_barrier_too)
         if (!ring__sm_available(c[0])) {
             ring_comm_destroy(c[0]);
             ring_comm_destroy(c[1]);
+            fprintf(stderr, "SKIP pair/algo_sm_forces_the_page_for_the_barrier_too: no shared page (RING_SHM_DIR?)\n");
             cr_skip_test("no shared-memory page between two ranks of this host (RING_SHM_DIR?)");
         }
         int want = forced ? RING__ALGO_SM : RING__ALGO_RD;
