@@ -14,31 +14,7 @@ command -v python3 >/dev/null || skip "python3 not found (used to pick a free po
 
 # A port free now, below the kernel's ephemeral range (as tests/free_port.h picks them), so no
 # rank's own connection or listener can take it before rank 0 binds it.
-port=$(python3 -c '
-import random, socket
-lo = 32768
-try:
-    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except Exception:
-    pass
-def free(taken):
-    # below the ephemeral range (tests/free_port.h): no outgoing connection or port-0 bind of
-    # a rank can take it between this check and the bind of the root
-    for _ in range(2000):
-        p = random.randrange(10000, lo) if lo > 11000 else 0
-        if p in taken:
-            continue
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", p))
-            return s.getsockname()[1]
-        except OSError:
-            pass
-        finally:
-            s.close()
-    raise SystemExit("no free port")
-print(free(()))')
+port=$(python3 "$(dirname "$0")/free_port.py")
 
 out=$(mktemp "${TMPDIR:-/tmp}/ringcomm-mpirun.XXXXXX")
 trap 'rm -f "$out"' EXIT
