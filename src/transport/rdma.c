@@ -1030,8 +1030,6 @@ static ring_result_t poll_cq(rdma_conn *c, int *moved);
  * so the wait is short; it is bounded by RING_TIMEOUT_MS all the same. */
 static ring_result_t send_credit(rdma_conn *c)
 {
-    /* A failed queue pair's flushed entries are not counted back: nothing would come free. */
-    if (c->failed) return c->failed;
     if (c->sq_out[0] >= c->sq_max) {
         const int64_t deadline = ring__now_ns() + (int64_t)c->ctx->comm->params.timeout_ms * 1000000;
         c->n_credit_waits++;
@@ -1042,7 +1040,6 @@ static ring_result_t send_credit(rdma_conn *c)
             if (!moved && ring__now_ns() > deadline)
                 return conn_fail(c, RING_ERR_TIMEOUT, "no send queue entry came free for a credit in %d ms (RING_TIMEOUT_MS)",
                                  c->ctx->comm->params.timeout_ms);
-            if (!moved) ring__nap_ns(20000); /* on a soft device the peer's kernel needs this CPU */
         }
     }
     c->cred[1] = c->freed; /* the source word; the sender reads the count from the immediate */
