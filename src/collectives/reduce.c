@@ -376,19 +376,18 @@ static void reduce(void *dst, const void *a, const void *b, size_t count, ring_d
 {
     if (count == 0) return;
     if (op == RING_AVG && nranks == 0) op = RING_SUM; /* not the final step */
-    switch (path()) {
+    const int p = path();
+    (void)p; /* only the generic path without the per-level copies */
 #if USE_CLONES
-    case PATH_V4:
-        if (dtype == RING_FLOAT16) half_f16c(dst, a, b, count, op, nranks);
-        else run_v4(dst, a, b, count, dtype, op, nranks);
+    if (p >= PATH_V3 && dtype == RING_FLOAT16) {
+        half_f16c(dst, a, b, count, op, nranks);
         return;
-    case PATH_V3:
-        if (dtype == RING_FLOAT16) half_f16c(dst, a, b, count, op, nranks);
-        else run_v3(dst, a, b, count, dtype, op, nranks);
-        return;
-#endif
-    default: run_generic(dst, a, b, count, dtype, op, nranks);
     }
+    if (p == PATH_V4) run_v4(dst, a, b, count, dtype, op, nranks);
+    else if (p == PATH_V3) run_v3(dst, a, b, count, dtype, op, nranks);
+    else
+#endif
+        run_generic(dst, a, b, count, dtype, op, nranks);
 }
 
 void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
@@ -408,11 +407,12 @@ const char *ring__reduce_impl_name(void) { return path_names[path()]; }
 
 int ring__reduce_force(const char *name)
 {
-    int want = detect();
+    const int widest = detect();
+    int want = widest;
     if (name) {
         for (want = PATH_V4; want >= 0 && strcmp(name, path_names[want]); want--) {
         }
-        if (want < 0 || want > detect()) return -1;
+        if (want < 0 || want > widest) return -1;
     }
     atomic_store_explicit(&chosen, want, memory_order_relaxed);
     return 0;

@@ -251,13 +251,20 @@ static _Atomic uint64_t live_removals;
 static _Thread_local const ring_comm_t *live_seen;
 static _Thread_local uint64_t live_seen_at;
 
+/* comm is on the list (live_mu held). */
+static int listed(const ring_comm_t *comm)
+{
+    for (ring_comm_t *c = live_head; c; c = c->live_next)
+        if (c == comm) return 1;
+    return 0;
+}
+
 int ring__comm_live(const ring_comm_t *comm)
 {
     if (comm && comm == live_seen && atomic_load_explicit(&live_removals, memory_order_acquire) == live_seen_at) return 1;
-    int found = 0;
     pthread_mutex_lock(&live_mu);
     uint64_t at = atomic_load_explicit(&live_removals, memory_order_relaxed);
-    for (ring_comm_t *c = live_head; c && !found; c = c->live_next) found = c == comm;
+    int found = listed(comm);
     pthread_mutex_unlock(&live_mu);
     if (found) {
         live_seen = comm;
@@ -362,9 +369,8 @@ const char *ring__not_live_text(const ring_comm_t *comm)
  * waits for every hold taken before live_remove took comm off the list. */
 static int abort_hold(ring_comm_t *comm)
 {
-    int found = 0;
     pthread_mutex_lock(&live_mu);
-    for (ring_comm_t *c = live_head; c && !found; c = c->live_next) found = c == comm;
+    int found = listed(comm);
     if (found) atomic_fetch_add(&comm->aborting, 1);
     pthread_mutex_unlock(&live_mu);
     return found;

@@ -402,9 +402,11 @@ fail:
  * load of `withdrawn` after stage 1 and settle's store-then-load it makes a Dekker pair, so a
  * rank that withdraws either sees this rank at stage 1 (and waits for its work) or this rank
  * sees the withdrawal (and queues none). */
+static uint64_t stage_mark(const ring__opdesc_t *op, int s) { return 4 * (op->seq + 1) + (uint64_t)s; }
+
 static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int s)
 {
-    const uint64_t target = 4 * (op->seq + 1) + (uint64_t)s;
+    const uint64_t target = stage_mark(op, s);
     atomic_store_explicit(&d->row[comm->rank].progress, target, memory_order_seq_cst);
     return wait_for(comm, d, op, W_STAGE, target);
 }
@@ -427,7 +429,7 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
                    ring_result_t rc, const rec_t *recs)
 {
     const int64_t start = ring__now_ns(), bound = (int64_t)comm->params.timeout_ms * 1000000LL;
-    const uint64_t mark = op->seq + 1, stage1 = 4 * (op->seq + 1) + 1;
+    const uint64_t mark = op->seq + 1, stage1 = stage_mark(op, 1);
     int done = !queued || rc == RING_OK;
     /* Recorded again: the call may have failed between queueing and recording. */
     if (!done && ring__cuda_event_record(NULL, d->ev, st) == RING_OK)

@@ -1381,14 +1381,18 @@ static int reads_pending(rdma_conn *c)
     return 0;
 }
 
+/* Work requests posted on the send queues and not completed. */
+static int sq_pending(const rdma_conn *c)
+{
+    int out = 0;
+    for (int q = 0; q < c->nqp; q++) out += c->sq_out[q];
+    return out;
+}
+
 /* Can a pending operation still complete if the peer is gone? */
 static int stuck(rdma_conn *c)
 {
-    if (c->is_send) {
-        int out = 0;
-        for (int q = 0; q < c->nqp; q++) out += c->sq_out[q];
-        return c->q.qh != NULL || out > 0 || reads_pending(c);
-    }
+    if (c->is_send) return c->q.qh != NULL || sq_pending(c) > 0 || reads_pending(c);
     /* The head slot has arrived but names a buffer still being read from the sender. */
     const uint32_t i = (uint32_t)(c->next % c->nslots);
     return c->q.qh != NULL && (!c->flag[i] || c->rstate[i] == 1);
@@ -1467,10 +1471,9 @@ static void rdma_close(void *vc)
      * last write is posted, and the adapter may not have carried it yet (up to depth x 4 MiB).
      * Destroying the queue pair now would drop either, and the peer would report a collective
      * that succeeded as a peer gone. */
-    for (int64_t until = ring__now_ns() + 1000000000LL; !c->failed;) {
-        int out = 0, moved = 0;
-        for (int q = 0; q < c->nqp; q++) out += c->sq_out[q];
-        if (!out || poll_cq(c, &moved) != RING_OK || ring__now_ns() > until) break;
+    for (int64_t until = ring__now_ns() + 1000000000LL; !c->failed && sq_pending(c) > 0;) {
+        int moved = 0;
+        if (poll_cq(c, &moved) != RING_OK || ring__now_ns() > until) break;
         if (!moved) ring__nap_ns(20000);
     }
     if (c->armed) {
