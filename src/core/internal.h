@@ -137,6 +137,7 @@ struct ring_comm {
     int watch_started;
     int watch_stop_fd;
     int *watch_left;
+    void *watch_mem; /* the watcher's poll set and buffers (watch.c) */
 
     /* Run queue and progress thread. */
     pthread_mutex_t mu;

@@ -117,6 +117,30 @@ fail:
     return rc;
 }
 
+/* A connection that failed in init (reset, closed, refused, a shared-memory segment the peer
+ * already removed) usually has its cause on the star:
+ * the rank at its other end failed and said why there before it closed its sockets, or the
+ * root said so for it. That notice went out first but on another connection, so wait a
+ * little for it; the message then starts with the cause and keeps what this rank saw. */
+#define INIT_CAUSE_NS (300LL * 1000000LL)
+static ring_result_t init_cause(ring_comm_t *comm, ring_result_t rc)
+{
+    if (comm->watch_started || !comm->bs) return rc;
+    char seen[RING__ERRMSG_MAX];
+    snprintf(seen, sizeof seen, "%s", comm->errmsg);
+    const int64_t until = ring__now_ns() + INIT_CAUSE_NS;
+    do {
+        ring_result_t c = ring__watch_init_check(comm, "connecting to peers");
+        if (c != RING_OK) {
+            char cause[RING__ERRMSG_MAX];
+            snprintf(cause, sizeof cause, "%s", comm->errmsg);
+            return ring__seterr(comm, c, "%.600s (this rank saw: %.400s)", cause, seen);
+        }
+        ring__nap_ns(1000000);
+    } while (ring__now_ns() < until && !atomic_load(&comm->aborted));
+    return rc;
+}
+
 ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, const int *from, int nfrom,
                                    int64_t deadline_ns)
 {
@@ -165,6 +189,13 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
             rc = ring__remote_result(comm, "connecting to peers");
             goto fail;
         }
+        /* In init nothing else hears a rank that failed in its own init, or died, while this
+         * one waits for its connection (or for the root, which waits for it). */
+        rc = ring__watch_init_check(comm, "connecting to peers");
+        if (rc != RING_OK) {
+            free(done);
+            return rc;
+        }
         if (ring__now_ns() > deadline_ns) {
             /* Name the first connection that is missing: that peer is the one to look at. */
             char d[160];
@@ -190,6 +221,9 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
     }
 fail:
     free(done);
+    /* Not for this rank's own lack of memory, an abort, or the deadline (the loop looked). */
+    if (rc == RING_ERR_PEER || rc == RING_ERR_PROTOCOL || rc == RING_ERR_SYSTEM || rc == RING_ERR_CONNECT)
+        rc = init_cause(comm, rc);
     return rc;
 }
 
@@ -268,6 +302,9 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
     }
     fds[nf] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
     int64_t left_ms = (timeout_ns - idle_ns) / 1000000 + 1;
+    /* A full table may have left sockets out (a root of many peers with many sockets each):
+     * their bytes would not wake this poll, so it only naps. */
+    if (nf >= MAX_FDS - 1) left_ms = 1;
     int r = poll(fds, (nfds_t)nf + 1, (int)RING__MIN(left_ms, 1000));
     if (r < 0 && errno != EINTR) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "poll");
     for (int i = 0; r > 0 && i < nf; i++)

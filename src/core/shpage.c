@@ -37,54 +37,14 @@ typedef struct hdr {
     _Atomic uint32_t opened; /* ranks other than 0 that mapped the file */
 } hdr_t;
 
-/* A rank whose init failed after the bootstrap says why on its star connection before it
- * closes it (watch.c): its own text, or NULL if none came. */
-static const char *notice_on(int fd, char *text, size_t len)
-{
-    unsigned char f[RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX];
-    ssize_t k = recv(fd, f, sizeof f, MSG_PEEK | MSG_DONTWAIT);
-    uint32_t type, origin, code;
-    const unsigned char *t;
-    size_t tl;
-    if (k <= 0 || ring__notice_parse(f, (size_t)k, &type, &origin, &code, &t, &tl) <= 0 || type != RING__NOTICE_FAIL)
-        return NULL;
-    snprintf(text, len, "%.*s", (int)tl, (const char *)t);
-    return text;
-}
-
-/* Rank r's star connection (fd) while this rank waits for it in init: RING_OK while it is up;
- * closed, RING_ERR_PEER with the rank's reason if it sent one, or "died". The root's notices
- * name the root themselves. */
-static ring_result_t star_closed(ring_comm_t *comm, int fd, int r, const char *what)
-{
-    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
-    if (fd < 0 || poll(&pf, 1, 0) <= 0 || !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) return RING_OK;
-    char text[RING__NOTICE_TEXT_MAX + 1];
-    const char *why = notice_on(fd, text, sizeof text);
-    if (why && r == 0) return ring__seterr(comm, RING_ERR_PEER, "%s: during init: %s", what, why);
-    if (why)
-        return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) failed during init: %s", what, r,
-                            comm->peers[r].host, comm->peers[r].pid, why);
-    return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died during init", what, r, comm->peers[r].host,
-                        comm->peers[r].pid);
-}
-
-/* Rank 0 makes the page: once it failed or died in init, it never will. */
-static ring_result_t root_gone(ring_comm_t *comm, const char *what)
-{
-    return comm->bs ? star_closed(comm, comm->bs->root_fd, 0, what) : RING_OK;
-}
-
 /* Rank 0: wait until every other rank mapped the page, then remove its name. */
 static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, const char *what)
 {
     const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
     while (atomic_load_explicit(&h->opened, memory_order_acquire) != (uint32_t)comm->nranks - 1) {
-        /* A rank that dies in init never opens it: its bootstrap connection says so. */
-        for (int r = 1; r < comm->nranks && comm->bs && comm->bs->rank_fds; r++) {
-            ring_result_t rc = star_closed(comm, comm->bs->rank_fds[r], r, what);
-            if (rc != RING_OK) return rc;
-        }
+        /* A rank that fails or dies in init never opens it: its bootstrap connection says so. */
+        ring_result_t rc = ring__watch_init_check(comm, what);
+        if (rc != RING_OK) return rc;
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT, "%s: %u of %d ranks opened %s within %d ms (RING_TIMEOUT_MS)",
                                 what, atomic_load(&h->opened), comm->nranks - 1, path, comm->params.timeout_ms);
@@ -108,7 +68,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
         if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)HDR_BYTES) break;
         if (fd < 0 && errno != ENOENT) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot open %s", what, path);
         if (fd >= 0) close(fd);
-        ring_result_t rc = root_gone(comm, what);
+        ring_result_t rc = ring__watch_init_check(comm, what);
         if (rc != RING_OK) return rc;
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT,
@@ -123,7 +83,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
     hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
     while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) {
-        ring_result_t rc = root_gone(comm, what);
+        ring_result_t rc = ring__watch_init_check(comm, what);
         if (rc != RING_OK) {
             munmap(h, HDR_BYTES);
             return rc;

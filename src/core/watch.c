@@ -271,41 +271,107 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
     }
 }
 
+/* The watcher's poll set and read buffers, made by ring__watch_start on the caller's thread so
+ * that init fails with RING_ERR_NOMEM where they cannot be had: a watcher that found no memory
+ * used to end at once, and the rank ran on deaf to the others' failures. */
+typedef struct watch_mem {
+    struct pollfd *fds;
+    int *who, *done;
+    inbuf *ib;
+} watch_mem;
+
+static void watch_mem_free(watch_mem *m)
+{
+    if (!m) return;
+    free(m->fds);
+    free(m->who);
+    free(m->ib);
+    free(m->done);
+    free(m);
+}
+
 static void *watch_main(void *arg)
 {
     ring_comm_t *comm = arg;
     ring__bootstrap_t *bs = comm->bs;
+    watch_mem *m = comm->watch_mem;
     int n = comm->nranks;
-    struct pollfd *fds = calloc((size_t)n + 1, sizeof *fds);
-    int *who = calloc((size_t)n + 1, sizeof *who);
-    inbuf *ib = calloc((size_t)n, sizeof *ib);
-    int *done = calloc((size_t)n, sizeof *done);
-    if (!fds || !who || !ib || !done) goto out;
     for (;;) {
         int nf = 0;
-        fds[nf++] = (struct pollfd){.fd = comm->watch_stop_fd, .events = POLLIN};
+        m->fds[nf++] = (struct pollfd){.fd = comm->watch_stop_fd, .events = POLLIN};
         if (comm->rank == 0) {
             for (int r = 1; r < n; r++)
-                if (!done[r] && bs->rank_fds[r] >= 0) {
-                    who[nf] = r;
-                    fds[nf++] = (struct pollfd){.fd = bs->rank_fds[r], .events = POLLIN | POLLRDHUP};
+                if (!m->done[r] && bs->rank_fds[r] >= 0) {
+                    m->who[nf] = r;
+                    m->fds[nf++] = (struct pollfd){.fd = bs->rank_fds[r], .events = POLLIN | POLLRDHUP};
                 }
-        } else if (!done[0] && bs->root_fd >= 0) {
-            who[nf] = 0;
-            fds[nf++] = (struct pollfd){.fd = bs->root_fd, .events = POLLIN | POLLRDHUP};
+        } else if (!m->done[0] && bs->root_fd >= 0) {
+            m->who[nf] = 0;
+            m->fds[nf++] = (struct pollfd){.fd = bs->root_fd, .events = POLLIN | POLLRDHUP};
         }
-        int k = poll(fds, (nfds_t)nf, -1);
+        int k = poll(m->fds, (nfds_t)nf, -1);
         if (k < 0 && errno != EINTR) break;
-        if (fds[0].revents) break;
+        if (m->fds[0].revents) break;
         for (int i = 1; k > 0 && i < nf; i++)
-            if (fds[i].revents) done[who[i]] = drain(comm, fds[i].fd, who[i], &ib[who[i]]);
+            if (m->fds[i].revents) m->done[m->who[i]] = drain(comm, m->fds[i].fd, m->who[i], &m->ib[m->who[i]]);
     }
-out:
-    free(fds);
-    free(who);
-    free(ib);
-    free(done);
     return NULL;
+}
+
+/* Rank r's star connection fd, looked at without reading (the watcher reads it later): a FAIL
+ * notice waiting there, or the connection closed, is the reason to stop waiting. */
+static ring_result_t star_look(ring_comm_t *comm, int fd, int r, short revents, const char *what)
+{
+    unsigned char f[2 * FRAME_MAX];
+    ssize_t k = recv(fd, f, sizeof f, MSG_PEEK | MSG_DONTWAIT);
+    size_t off = 0;
+    int bye = 0;
+    while (k > 0 && off < (size_t)k) {
+        uint32_t type, origin, code;
+        const unsigned char *t;
+        size_t tl;
+        long used = ring__notice_parse(f + off, (size_t)k - off, &type, &origin, &code, &t, &tl);
+        if (used == 0) break;
+        if (used < 0)
+            return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: garbage on the bootstrap connection with rank %d", what, r);
+        /* A goodbye is a rank that finished init and left: not a death, and not this wait's
+         * business (the connections it waits on say what it means for them). */
+        bye |= type == RING__NOTICE_BYE;
+        if (type == RING__NOTICE_FAIL) {
+            if (r == 0) return ring__seterr(comm, RING_ERR_PEER, "%s: during init: %.*s", what, (int)tl, (const char *)t);
+            return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) failed during init: %.*s", what, r,
+                                comm->peers[r].host, comm->peers[r].pid, (int)tl, (const char *)t);
+        }
+        off += (size_t)used;
+    }
+    if (!(revents & (POLLRDHUP | POLLHUP | POLLERR)) || bye) return RING_OK;
+    return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died during init", what, r, comm->peers[r].host,
+                        comm->peers[r].pid);
+}
+
+ring_result_t ring__watch_init_check(ring_comm_t *comm, const char *what)
+{
+    ring__bootstrap_t *bs = comm->bs;
+    if (comm->nranks < 2 || !bs || comm->watch_started) return RING_OK;
+    if (comm->rank != 0) {
+        struct pollfd pf = {.fd = bs->root_fd, .events = POLLIN | POLLRDHUP};
+        if (bs->root_fd < 0 || poll(&pf, 1, 0) <= 0) return RING_OK;
+        return star_look(comm, bs->root_fd, 0, pf.revents, what);
+    }
+    if (!bs->rank_fds) return RING_OK;
+    /* In batches: one poll per 64 ranks, and a look only where something came. */
+    for (int r0 = 1; r0 < comm->nranks; r0 += 64) {
+        struct pollfd pf[64];
+        int nb = RING__MIN(64, comm->nranks - r0);
+        for (int i = 0; i < nb; i++) pf[i] = (struct pollfd){.fd = bs->rank_fds[r0 + i], .events = POLLIN | POLLRDHUP};
+        if (poll(pf, (nfds_t)nb, 0) <= 0) continue;
+        for (int i = 0; i < nb; i++) {
+            if (!pf[i].revents || pf[i].fd < 0) continue;
+            ring_result_t rc = star_look(comm, pf[i].fd, r0 + i, pf[i].revents, what);
+            if (rc != RING_OK) return rc;
+        }
+    }
+    return RING_OK;
 }
 
 ring_result_t ring__watch_open(ring_comm_t *comm)
@@ -321,6 +387,19 @@ ring_result_t ring__watch_start(ring_comm_t *comm)
     if (comm->nranks < 2) return RING_OK;
     ring_result_t rc = ring__watch_open(comm);
     if (rc != RING_OK) return rc;
+    size_t n = (size_t)comm->nranks;
+    watch_mem *m = calloc(1, sizeof *m);
+    if (m) {
+        m->fds = calloc(n + 1, sizeof *m->fds);
+        m->who = calloc(n + 1, sizeof *m->who);
+        m->ib = calloc(n, sizeof *m->ib);
+        m->done = calloc(n, sizeof *m->done);
+    }
+    if (!m || !m->fds || !m->who || !m->ib || !m->done) {
+        watch_mem_free(m);
+        return ring__seterr(comm, RING_ERR_NOMEM, "watcher: out of memory");
+    }
+    comm->watch_mem = m;
     comm->watch_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (comm->watch_stop_fd < 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "eventfd");
     sigset_t all, old;
@@ -357,4 +436,6 @@ void ring__watch_stop(ring_comm_t *comm)
     comm->watch_stop_fd = -1;
     free(comm->watch_left);
     comm->watch_left = NULL;
+    watch_mem_free(comm->watch_mem);
+    comm->watch_mem = NULL;
 }

@@ -16,6 +16,12 @@
 ring_result_t ring__watch_open(ring_comm_t *comm);
 /* Start the watcher thread (nranks > 1, after a successful init; opens the star if needed). */
 ring_result_t ring__watch_start(ring_comm_t *comm);
+/* During init, from the end of the bootstrap until the watcher starts, nothing reads the star:
+ * a wait for peers calls this, so that a rank whose init failed (it says why on the star, then
+ * closes it) or that died ends the others' waits at once, not at their timeout. The root looks
+ * at every rank's connection, the others at the root's (which relays). RING_OK while they are
+ * up and carry no failure; a no-op once the watcher runs. `what` prefixes the message. */
+ring_result_t ring__watch_init_check(ring_comm_t *comm, const char *what);
 /* Stop it and say goodbye on the star (ring_comm_destroy), so that leaving is not taken for a
  * death. Safe when never started. */
 void ring__watch_stop(ring_comm_t *comm);
