@@ -118,6 +118,12 @@ int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err);
 /* Next size of the sweep after *size; 0 when the sweep ends (overflow). */
 int pc_next_size(size_t *size, size_t factor, size_t incr);
 
+/* Rows of the sweep -b .. -e where sizes are rounded down to whole units of `unit` bytes (the
+ * element size, times the ranks where the count is per rank: reduce_scatter, allgather), as
+ * both programs walk it: sizes that round to zero, or to the previous row's, make no row. 0:
+ * no size in the range holds one unit, and a run would print an empty table. */
+size_t pc_sweep_rows(const pc_opts_t *o, size_t unit);
+
 /* ---- collectives, bus bandwidth, the alpha-beta model ------------------------------------ */
 
 typedef enum {
@@ -204,6 +210,36 @@ int pc_same(const void *a, const void *b, pc_dtype_t dt);
 /* Element as text. */
 void pc_describe(char *s, size_t n, const void *p, pc_dtype_t dt);
 
+/*
+ * Output presets: out[k] = the bitwise complement of the element base + k that the check
+ * expects there (the reduction over nranks ranks, or a copy of rank r's data), so that an
+ * element the call never writes fails the check whatever its expected value: a preset of 0xff
+ * bytes let every integer element whose result is -1 pass unwritten. The complement of a
+ * floating-point value has the other sign (or is a NaN), so it never compares equal either.
+ */
+void pc_preset_unlike_reduce(void *out, size_t n, pc_dtype_t dt, pc_op_t op, const pc_gen_t *g, int nranks,
+                             uint64_t base);
+void pc_preset_unlike_copy(void *out, size_t n, pc_dtype_t dt, const pc_gen_t *g, int r, uint64_t base);
+
+/* Elements of buf[0..n) that are not bit for bit what pc_fill(buf, n, dt, g, r, base) wrote (a
+ * send buffer the call must leave alone; bitwise, as a -0.0 in place of 0 is a write too);
+ * *first: the index of the first such element (n if none). */
+size_t pc_count_changed(const void *buf, size_t n, pc_dtype_t dt, const pc_gen_t *g, int r, uint64_t base,
+                        size_t *first);
+
+/*
+ * Guard spans: ring_perf allocates PC_GUARD_BYTES more than the largest size needs and, before
+ * the checked call, presets the bytes right after the part of each buffer that the call uses
+ * with this pattern; any of them changed afterwards is a write past the end of the buffer. No
+ * element of the check data in any dtype matches the pattern, so a stray element of the call's
+ * data differs from it.
+ */
+#define PC_GUARD_BYTES 4096
+void pc_guard_fill(void *p, size_t n);
+/* Elements of esize bytes in p[0..n) with any byte that differs from pc_guard_fill's pattern;
+ * *first: the offset of the first differing byte (n if none). */
+size_t pc_guard_count(const void *p, size_t n, size_t esize, size_t *first);
+
 /* ---- timing and buffers ----------------------------------------------------------------- */
 
 double pc_now_us(void); /* CLOCK_MONOTONIC */
@@ -271,8 +307,10 @@ void pc_print_columns_mem(pc_fmt_t fmt);
 void pc_print_row(pc_out_t *out, const pc_row_t *r);
 /* JSON: the object's opening and metadata up to the rows array, and its end, on stdout. */
 void pc_json_begin(const pc_meta_t *m);
-void pc_json_end(long long wrong_total);
-/* The summary lines; label (may be NULL) names the table, e.g. the algorithm. */
-void pc_print_footer(FILE *f, const char *label, long long wrong_total, double bw_sum, int rows);
+/* checked 0 (-c 0): "wrong_total" and "ok" are null, as no element was compared. */
+void pc_json_end(long long wrong_total, int checked);
+/* The summary lines; label (may be NULL) names the table, e.g. the algorithm. checked 0 (-c 0):
+ * the results were not compared, and the first line says so instead of "0 OK". */
+void pc_print_footer(FILE *f, const char *label, int checked, long long wrong_total, double bw_sum, int rows);
 
 #endif

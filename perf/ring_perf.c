@@ -11,14 +11,23 @@
  * CLOCK_MONOTONIC. The per-iteration times are reduced with RING_MAX over ranks (outside the
  * timed region) and the reported time is the median over iterations of that maximum.
  * With -c 1 the buffers are then refilled with check data, the collective runs once more and
- * every rank compares its output element by element with an independently computed value;
- * #wrong is the number of mismatching elements summed over ranks.
+ * every rank compares its output element by element with an independently computed value.
+ * What a call must not write is checked too: the send buffer of an out-of-place call (const to
+ * the library) must still hold its check data bit for bit, and the PC_GUARD_BYTES after the
+ * part of each buffer that the call uses (the buffers are allocated that much larger than the
+ * largest size needs) must still hold the pattern they were preset with (pc_guard_fill).
+ * #wrong is the number of mismatching output elements, changed send elements and changed
+ * guard elements, summed over ranks; stderr says which of them each rank found.
+ * With -c 0 nothing is compared: #wrong is -1, the footer says "not checked" and the JSON
+ * object's "ok" is null.
  *
  * Sizes are full-buffer bytes as in nccl-tests: allreduce/broadcast send count*size bytes,
  * reduce_scatter's size is the full send buffer (nranks*recvcount*size), allgather's the full
  * receive buffer (nranks*sendcount*size). The count column is the count argument of the call
  * (per rank for reduce_scatter and allgather). Sizes are rounded down to what the count can
- * express; sizes that round to zero elements (or repeat the previous row) are skipped.
+ * express; sizes that round to zero elements (or repeat the previous row) are skipped, and a
+ * range where every size does (say -C allgather -b 4 -e 8 on 3 ranks) is a usage error: no row
+ * would be measured.
  *
  * Model columns. Before the sweep the tool measures the two parameters of the alpha-beta model
  * with the library's internal point-to-point layer (src/core/p2p.h) over the ring connections
@@ -81,8 +90,9 @@
  * device 0, as cuda_coll_check --emulate does: the device path's staging and ordering run over
  * the real transports on machines without a GPU, and are checked; its times mean nothing.
  *
- * Exit status: 0 every checked element right, 1 some element wrong, 2 usage error or failed
- * call, 77 (skipped) -G cuda|both cannot run here.
+ * Exit status: 0 every checked element right (or -c 0), 1 some element wrong, 2 usage error
+ * (including a range of sizes that gives no row) or failed call, 77 (skipped) -G cuda|both
+ * cannot run here.
  */
 #include <getopt.h>
 #include <stdint.h>
@@ -195,7 +205,8 @@ static void usage(FILE *f, const char *argv0)
             "                    model columns then need --alpha-us and --link-gbps (the barrier: alpha)\n"
             "  --probe-bytes N   bytes each rank streams in the link probe (default 64M)\n"
             "  -h         this help\n"
-            "exit status: 0 results right, 1 a wrong element, 2 usage error or failed call,\n"
+            "exit status: 0 results right (or not checked), 1 a wrong element, 2 usage error (or no\n"
+            "size in -b .. -e holds one element per rank) or failed call,\n"
             "77 -G cuda|both cannot run here (no CUDA in this build, or a rank without a usable GPU)\n",
             argv0);
 }
@@ -239,6 +250,41 @@ static void *alloc_buf(size_t bytes)
         exit(2);
     }
     return p;
+}
+
+/* bytes and the guard span after them (guard_set); 0 stays 0 (a buffer the calls never use),
+ * and a size that cannot grow stays too large to allocate. */
+static size_t with_guard(size_t bytes)
+{
+    if (!bytes) return 0;
+    return bytes > SIZE_MAX - PC_GUARD_BYTES ? SIZE_MAX : bytes + PC_GUARD_BYTES;
+}
+
+/* Collective, after init: exit 2 where no size of -b .. -e holds one element (per rank, where
+ * the count is per rank): the sweep would print an empty table and pass. Every rank computes
+ * the same; rank 0 says why. */
+static void no_rows_exit(const opts_t *o)
+{
+    const size_t sz = pc_dtype_size(o->pc.dtype);
+    const int per_rank = o->coll == PC_COLL_REDUCE_SCATTER || o->coll == PC_COLL_ALLGATHER;
+    const size_t unit = per_rank ? sz * (size_t)g_nranks : sz;
+    if (pc_sweep_rows(&o->pc, unit) > 0) return;
+    if (g_rank == 0) {
+        if (per_rank)
+            fprintf(stderr,
+                    "ring_perf: no size in -b %zu .. -e %zu holds one %s element (%zu B) per rank: %s over %d ranks "
+                    "needs sizes of at least %zu B; no row to measure\n",
+                    o->pc.minb, o->pc.maxb, pc_dtype_name(o->pc.dtype), sz, pc_coll_name(o->coll), g_nranks, unit);
+        else
+            fprintf(stderr,
+                    "ring_perf: no size in -b %zu .. -e %zu holds one %s element (%zu B); no row to measure\n",
+                    o->pc.minb, o->pc.maxb, pc_dtype_name(o->pc.dtype), sz);
+        fflush(stderr);
+    }
+    /* Nobody leaves before rank 0 said it: ringrun ends the job at the first rank's exit. */
+    (void)ring_barrier(g_comm);
+    ring_comm_destroy(g_comm);
+    exit(2);
 }
 
 static void p2p(ring__p2p_op_t *ops, int nops, const char *what)
@@ -600,19 +646,42 @@ static long long check_range(const void *got, size_t n, uint64_t base, const exp
 }
 
 /* out[k] = the bitwise complement of what check_range expects there: an element the call
- * never writes then fails the check whatever its expected value (a preset of 0xff bytes let
- * every integer element whose result is -1 pass unwritten). */
+ * never writes then fails the check whatever its expected value (pc_preset_unlike_*). */
 static void preset_unlike(void *out, size_t n, uint64_t base, const expect_t *e)
 {
-    size_t sz = pc_dtype_size(e->dtype);
-    unsigned char exp[8];
-    for (size_t k = 0; k < n; k++) {
-        if (e->reduce) pc_expect_reduce(exp, e->dtype, e->op, e->gen, g_nranks, base + k);
-        else pc_put(exp, 0, e->dtype, pc_val(e->gen, e->src, base + k));
-        unsigned char *o = (unsigned char *)out + k * sz;
-        for (size_t b = 0; b < sz; b++) o[b] = (unsigned char)~exp[b];
-    }
+    if (e->reduce) pc_preset_unlike_reduce(out, n, e->dtype, e->op, e->gen, g_nranks, base);
+    else pc_preset_unlike_copy(out, n, e->dtype, e->gen, e->src, base);
 }
+
+/* The send buffer of an out-of-place call, n elements of this rank's check data from base:
+ * the elements the call changed (the buffer is const to the library). */
+static long long check_send(const void *got, size_t n, uint64_t base, const expect_t *e, size_t *reported,
+                            const char *what, size_t bytes)
+{
+    size_t first;
+    size_t bad = pc_count_changed(got, n, e->dtype, e->gen, g_rank, base, &first);
+    if (bad && *reported < 5) {
+        char a[64], b[64];
+        unsigned char exp[8];
+        pc_put(exp, 0, e->dtype, pc_val(e->gen, g_rank, base + first));
+        pc_describe(a, sizeof a, (const unsigned char *)got + first * pc_dtype_size(e->dtype), e->dtype);
+        pc_describe(b, sizeof b, exp, e->dtype);
+        fprintf(stderr,
+                "ring_perf: rank %d: %s %zu B: the call changed %zu element%s of its (const) send buffer, "
+                "the first element %zu = %s, was %s\n",
+                g_rank, what, bytes, bad, bad == 1 ? "" : "s", (size_t)(base + first), a, b);
+        (*reported)++;
+    }
+    return (long long)bad;
+}
+
+/* The guard span after the `used` bytes of one buffer of the checked call (see sweep). */
+typedef struct {
+    unsigned char *at;  /* the span, in the buffer the call gets (host or device memory) */
+    const char *name;   /* "send", "receive" */
+    size_t used;        /* bytes of the buffer before it */
+    unsigned char saved[PC_GUARD_BYTES]; /* what the span held before the check */
+} guard_t;
 
 /* ---------------------------------------------------------------------------------------- */
 /* Running one collective                                                                    */
@@ -849,7 +918,7 @@ typedef struct {
     pc_out_t *out;
     const pc_gen_t *gen;
     unsigned char *sbuf, *rbuf; /* what the calls get: host memory, or device memory */
-    size_t sbytes, rbytes;
+    size_t sbytes, rbytes;      /* their sizes at the largest row; PC_GUARD_BYTES more follow */
     /* Host memory of the same sizes: sbuf and rbuf themselves, or for device buffers the
      * mirrors that check data is written into and results are read back into. */
     unsigned char *hs, *hr;
@@ -859,13 +928,13 @@ typedef struct {
     rows_t *rows; /* -G both: where this table's busbw goes; else NULL */
 } sweep_t;
 
-/* The host memory behind p, a pointer into sbuf or rbuf: p itself, or the same offset in the
- * mirror. */
+/* The host memory behind p, a pointer into sbuf or rbuf (or their guard spans): p itself, or
+ * the same offset in the mirror. */
 static unsigned char *host_of(const sweep_t *sw, const void *p)
 {
     uintptr_t q = (uintptr_t)p, s = (uintptr_t)sw->sbuf;
     if (!sw->dev) return (unsigned char *)p;
-    if (sw->sbuf && q >= s && q < s + sw->sbytes) return sw->hs + (q - s);
+    if (sw->sbuf && q >= s && q < s + sw->sbytes + PC_GUARD_BYTES) return sw->hs + (q - s);
     return sw->hr + (q - (uintptr_t)sw->rbuf);
 }
 
@@ -879,6 +948,43 @@ static void to_dev(const sweep_t *sw, void *p, size_t bytes)
 static void from_dev(const sweep_t *sw, const void *p, size_t bytes)
 {
     if (sw->dev && bytes) gpu_copy(host_of(sw, p), p, bytes);
+}
+
+/* Before the checked call: preset the guard span after the first `used` bytes of buf (none
+ * where the call does not use buf), keeping what it held. */
+static void guard_set(const sweep_t *sw, guard_t *g, unsigned char *buf, size_t used, const char *name)
+{
+    g->at = used ? buf + used : NULL;
+    g->name = name;
+    g->used = used;
+    if (!g->at) return;
+    unsigned char *h = host_of(sw, g->at);
+    from_dev(sw, g->at, PC_GUARD_BYTES);
+    memcpy(g->saved, h, PC_GUARD_BYTES);
+    pc_guard_fill(h, PC_GUARD_BYTES);
+    to_dev(sw, g->at, PC_GUARD_BYTES);
+}
+
+/* After it: the elements of the span that the call wrote. The span then gets its bytes back,
+ * so that the timed calls of the larger sizes reduce the data they would have without checks. */
+static long long guard_check(const sweep_t *sw, guard_t *g, size_t esize, size_t *reported, const char *what,
+                             size_t bytes)
+{
+    if (!g->at) return 0;
+    unsigned char *h = host_of(sw, g->at);
+    size_t first;
+    from_dev(sw, g->at, PC_GUARD_BYTES);
+    size_t bad = pc_guard_count(h, PC_GUARD_BYTES, esize, &first);
+    if (bad && *reported < 5) {
+        fprintf(stderr,
+                "ring_perf: rank %d: %s %zu B: the call wrote past the %zu bytes it uses of its %s buffer: %zu "
+                "element%s changed in the %d bytes after them, the first byte changed at offset %zu\n",
+                g_rank, what, bytes, g->used, g->name, bad, bad == 1 ? "" : "s", PC_GUARD_BYTES, g->used + first);
+        (*reported)++;
+    }
+    memcpy(h, g->saved, PC_GUARD_BYTES);
+    to_dev(sw, g->at, PC_GUARD_BYTES);
+    return (long long)bad;
 }
 
 /* Initial data: the check pattern (valid for out-of-place allreduce/reduce_scatter at any
@@ -1003,9 +1109,24 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                     expect_t e = {dt, o->pc.op, gen, 1, 0};
                     char what[64];
                     snprintf(what, sizeof what, "%s (%s)", row.coll, pc_algo_name(ran));
+                    /* The bytes of each buffer this call uses (from the buffer's start, as laid
+                     * out above: in place, the receive block lies in the send buffer or the
+                     * other way round), and the guard span after them. */
+                    size_t s_used = 0, r_used = 0;
+                    switch (o->coll) {
+                    case PC_COLL_ALLREDUCE: s_used = count * sz; r_used = inplace ? 0 : count * sz; break;
+                    case PC_COLL_REDUCE_SCATTER: s_used = count * n * sz; r_used = inplace ? 0 : count * sz; break;
+                    case PC_COLL_ALLGATHER: s_used = inplace ? 0 : count * sz; r_used = count * n * sz; break;
+                    case PC_COLL_BROADCAST: r_used = count * sz; break;
+                    default: break;
+                    }
+                    guard_t guards[2];
+                    guard_set(sw, &guards[0], sbuf, s_used, "send");
+                    guard_set(sw, &guards[1], rbuf, r_used, "receive");
                     /* Fresh inputs; outputs preset to the complement of their expected values
                      * (preset_unlike). Written and read in host memory (host_of); device buffers
-                     * are copied to before the call and back after it (to_dev, from_dev). */
+                     * are copied to before the call and back after it (to_dev, from_dev).
+                     * Out of place, the send buffer must come back as it was filled. */
                     switch (o->coll) {
                     case PC_COLL_ALLREDUCE:
                         pc_fill(host_of(sw, sbuf), count, dt, gen, g_rank, 0);
@@ -1017,6 +1138,10 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                         run_once(&c);
                         from_dev(sw, c.recv, count * sz);
                         w = check_range(host_of(sw, c.recv), count, 0, &e, &reported, what, bytes);
+                        if (!inplace) {
+                            from_dev(sw, sbuf, count * sz);
+                            w += check_send(host_of(sw, sbuf), count, 0, &e, &reported, what, bytes);
+                        }
                         break;
                     case PC_COLL_REDUCE_SCATTER:
                         pc_fill(host_of(sw, sbuf), count * n, dt, gen, g_rank, 0);
@@ -1029,6 +1154,10 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                         from_dev(sw, c.recv, count * sz);
                         w = check_range(host_of(sw, c.recv), count, (uint64_t)g_rank * count, &e, &reported, what,
                                         bytes);
+                        if (!inplace) {
+                            from_dev(sw, sbuf, count * n * sz);
+                            w += check_send(host_of(sw, sbuf), count * n, 0, &e, &reported, what, bytes);
+                        }
                         break;
                     case PC_COLL_ALLGATHER:
                         /* Rank q contributes val(q, q*count + j). */
@@ -1048,6 +1177,11 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                             w += check_range(host_of(sw, rbuf) + (size_t)q * count * sz, count, (uint64_t)q * count,
                                              &e, &reported, what, bytes);
                         }
+                        if (!inplace) {
+                            from_dev(sw, c.send, count * sz);
+                            w += check_send(host_of(sw, c.send), count, (uint64_t)g_rank * count, &e, &reported, what,
+                                            bytes);
+                        }
                         break;
                     case PC_COLL_BROADCAST:
                         e.reduce = 0;
@@ -1061,6 +1195,7 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                         break;
                     default: break;
                     }
+                    for (int b = 0; b < 2; b++) w += guard_check(sw, &guards[b], sz, &reported, what, bytes);
                     int64_t w64 = w;
                     CALL("ring_allreduce (#wrong)", ring_allreduce(g_comm, &w64, &w64, 1, RING_INT64, RING_SUM));
                     wrong = (long long)w64;
@@ -1088,7 +1223,7 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
         if (o->pc.algos != PC_ALGO_BIT(algo)) snprintf(label, sizeof label, "%s", pc_algo_name(algo));
         if (sw->mem)
             snprintf(label + strlen(label), sizeof label - strlen(label), "%s%s", *label ? ", " : "", sw->mem);
-        pc_print_footer(g_info, *label ? label : NULL, wrong_total, bw_sum, rows);
+        pc_print_footer(g_info, *label ? label : NULL, o->pc.check, wrong_total, bw_sum, rows);
     }
     return wrong_total;
 }
@@ -1182,6 +1317,7 @@ int main(int argc, char **argv)
         ring_comm_destroy(g_comm);
         return 2;
     }
+    if (o.coll != PC_COLL_BARRIER) no_rows_exit(&o);
     if (use_dev) gpu_setup(); /* every rank has a GPU, or all skip */
     const pc_dtype_t dt = o.pc.dtype;
     /* allgather/broadcast only copy: their data is the [-100, 100] range. */
@@ -1215,9 +1351,10 @@ int main(int argc, char **argv)
                 pc_dtype_name(dt));
 
     /* Host buffers always: the host sweep's, and the device buffers' mirrors. */
-    unsigned char *sbuf = alloc_buf(send_bytes), *rbuf = alloc_buf(recv_bytes);
-    unsigned char *dsbuf = use_dev ? gpu_alloc(0, send_bytes) : NULL;
-    unsigned char *drbuf = use_dev ? gpu_alloc(1, recv_bytes) : NULL;
+    /* Each with its guard span after it, which the largest row checks too. */
+    unsigned char *sbuf = alloc_buf(with_guard(send_bytes)), *rbuf = alloc_buf(with_guard(recv_bytes));
+    unsigned char *dsbuf = use_dev ? gpu_alloc(0, with_guard(send_bytes)) : NULL;
+    unsigned char *drbuf = use_dev ? gpu_alloc(1, with_guard(recv_bytes)) : NULL;
     double *times = malloc(sizeof(double) * (size_t)o.pc.iters);
     if (!times) die_msg("out of memory");
     ring_reg_t *regs[2] = {NULL, NULL};
@@ -1266,7 +1403,7 @@ int main(int argc, char **argv)
                 (unsigned long long)ring__cuda_direct_count(g_comm),
                 (unsigned long long)ring__cuda_direct_one_count(g_comm));
 #endif
-    if (is_root && o.pc.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
+    if (is_root && o.pc.fmt == PC_FMT_JSON) pc_json_end(wrong_total, o.pc.check);
 
     for (int i = 0; i < 2; i++)
         if (regs[i] && ring_comm_deregister(g_comm, regs[i]) != RING_OK)

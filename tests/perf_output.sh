@@ -3,7 +3,13 @@
 #
 #   perf_output.sh json RINGRUN RING_PERF
 #       4 ranks, --json, -A both: stdout must be one JSON object with the metadata and a row per
-#       size and algorithm, all checked and correct (python3 parses it; skipped without python3).
+#       size and algorithm, all checked and correct (python3 parses it; skipped without python3);
+#       with -c 0, "ok" and "wrong_total" null and the footer "not checked"; a range of sizes
+#       that holds no element per rank exits 2 saying so, and never says ok.
+#   perf_output.sh faults RINGRUN RING_PERF_FAULTY
+#       ring_perf linked with faulty collectives (perf_fault.c): each fault (the const send
+#       buffer written, a write past the end of a buffer, a wrong element) exits 1 and says what
+#       it found; without a fault the run passes.
 #   perf_output.sh plot RINGRUN RING_PERF PLOT_SCRIPT OUT.png [MPI_ALLREDUCE]
 #       4 ranks, --csv, -A both, then plot_busbw.sh (with an mpi_allreduce CSV when that program
 #       and mpirun exist); OUT.png must be a non-empty PNG (skipped without gnuplot).
@@ -55,6 +61,69 @@ for r in d["rows"]:
     assert r["wrong"] == 0 and r["time_us"] > 0 and r["model_us"] > 0 and r["eff"] > 0, r
 print("json ok:", len(d["rows"]), "rows, alpha", d["alpha_us"], "us, link", d["link_GBps"], "GB/s")
 '
+    # -c 0: nothing compared, so nothing may read as OK.
+    NC=(-b 4 -e 64 -f 4 -n 2 -w 1 -c 0 --no-probe)
+    "$ringrun" -n 2 --no-prefix --timeout 120 "$perf" --json "${NC[@]}" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["check"] == 0 and d["ok"] is None and d["wrong_total"] is None, d
+assert d["rows"] and all(r["wrong"] is None for r in d["rows"]), d["rows"]
+print("json ok: -c 0:", len(d["rows"]), "rows, ok", d["ok"])
+'
+    out=$("$ringrun" -n 2 --no-prefix --timeout 120 "$perf" "${NC[@]}")
+    if ! grep -q '^# Out of bounds values : N/A (not checked, -c 0)$' <<<"$out" || grep -q ' OK' <<<"$out"; then
+        echo "FAIL: -c 0 footer:" >&2
+        printf '%s\n' "$out" >&2
+        exit 1
+    fi
+    echo "ok: -c 0 footer: $(grep 'Out of bounds' <<<"$out")"
+    # No size in the range holds one element per rank: exit 2 and why, not an empty table that passes.
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/perfjson.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    tmp_out=$tmp/out tmp_err=$tmp/err
+    for args in "-C allgather -b 4 -e 8" "-C allgather -b 4 -e 8 --json" "-C allreduce -b 2 -e 3 --json"; do
+        st=0
+        # shellcheck disable=SC2086
+        "$ringrun" -n 3 --no-prefix --timeout 60 "$perf" $args --no-probe >"$tmp_out" 2>"$tmp_err" || st=$?
+        if [[ $st != 2 ]] || grep -q '"ok": true\|OK' "$tmp_out" \
+            || ! grep -q "^ring_perf: no size in -b [0-9]* .. -e [0-9]* holds one float element" "$tmp_err"; then
+            echo "FAIL: ring_perf $args: exit $st (want 2):" >&2
+            cat "$tmp_out" "$tmp_err" >&2
+            exit 1
+        fi
+        echo "ok: ring_perf $args: exit 2: $(grep -m1 'no size' "$tmp_err")"
+    done
+    ;;
+faults)
+    ringrun=$1 perf=$2
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/perffault.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    # Up to 3 KiB: the buffers fit in a page even without the guard spans, so a ring_perf that
+    # does not check them passes (exit 0) instead of crashing.
+    F=(-b 64 -e 3K -f 8 -n 2 -w 1 -c 1 --no-probe)
+    k=0
+    fault() { # fault want_exit pattern ring_perf-args...: exit status and a stderr line
+        local f=$1 want=$2 pat=$3 st=0
+        shift 3
+        k=$((k + 1))
+        RING_TEST_PERF_FAULT=$f "$ringrun" -n 3 --timeout 60 "$perf" "$@" "${F[@]}" \
+            >"$tmp/$k.out" 2>"$tmp/$k.err" || st=$?
+        if [[ $st != "$want" ]] || ! grep -q -- "$pat" "$tmp/$k.err" "$tmp/$k.out"; then
+            echo "FAIL: fault '$f': ring_perf $*: exit $st (want $want), looked for: $pat" >&2
+            tail -n 20 "$tmp/$k.out" "$tmp/$k.err" >&2
+            exit 1
+        fi
+        echo "ok: fault '${f:-none}': ring_perf $*: exit $st:" \
+            "$(grep -h -m1 -- "$pat" "$tmp/$k.err" "$tmp/$k.out" | head -n 1)"
+    }
+    fault "" 0 "Out of bounds values : 0 OK" -C allreduce
+    fault send 1 "of its (const) send buffer" -C allreduce
+    fault send-rs 1 "of its (const) send buffer, the first element 14 = " -C reduce_scatter
+    fault past 1 "wrote past the 64 bytes it uses of its receive buffer" -C allreduce
+    fault past 1 "wrote past the 64 bytes it uses of its send buffer" -C allreduce -I 1
+    fault past-ag 1 "wrote past the 63 bytes it uses of its receive buffer" -C allgather -d int8
+    fault past-bc 1 "wrote past the 64 bytes it uses of its receive buffer" -C broadcast
+    fault wrong 1 "wrong element" -C allreduce
     ;;
 plot)
     ringrun=$1 perf=$2 plot=$3 png=$4 mpi=${5:-}
@@ -165,7 +234,7 @@ nocuda)
     done
     ;;
 *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -1,8 +1,9 @@
 /*
  * Unit tests for perf/perf_common.c, the network-free half of ring_perf and mpi_allreduce:
  * bus-bandwidth factors and the alpha-beta model (expected values worked out by hand from the
- * formulas in perf_common.h, not by calling the same arithmetic), size and option parsing, and
- * the CSV row layout that perf/compare/compare.sh reads by column position.
+ * formulas in perf_common.h, not by calling the same arithmetic), size and option parsing, the
+ * CSV row layout that perf/compare/compare.sh reads by column position, and the parts of the
+ * result check that say what a call must not write (output presets, send buffer, guard spans).
  */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -297,6 +298,150 @@ Test(perf, next_size)
     cr_expect_eq(pc_next_size(&s, 2, 0), 0, "overflow ends the sweep");
 }
 
+/* Sweeps that make no row (every size rounds to zero elements per rank): ring_perf and
+ * mpi_allreduce refuse them instead of printing an empty table that passes. */
+Test(perf, sweep_rows)
+{
+    pc_opts_t o;
+    pc_opts_init(&o, 1, PC_OP_COUNT);
+    cr_expect_eq(pc_sweep_rows(&o, 4), 27, "4 B .. 256 MiB, factor 2, float");
+    o.minb = 4;
+    o.maxb = 8;
+    cr_expect_eq(pc_sweep_rows(&o, 4 * 3), 0, "allgather of float over 3 ranks: 12 B at least");
+    o.maxb = 16;
+    cr_expect_eq(pc_sweep_rows(&o, 4 * 3), 1, "16 B rounds to 12 B");
+    o.maxb = 64;
+    cr_expect_eq(pc_sweep_rows(&o, 4 * 3), 3, "16, 32, 64 B: 12, 24, 60 B");
+    o.minb = 2;
+    o.maxb = 3;
+    cr_expect_eq(pc_sweep_rows(&o, 4), 0, "-b 2 -e 3 with float");
+    cr_expect_eq(pc_sweep_rows(&o, 1), 1, "-b 2 -e 3 with int8: 2 B (4 B is past -e)");
+    o.minb = o.maxb = 0;
+    cr_expect_eq(pc_sweep_rows(&o, 1), 0, "-b 0 -e 0");
+    o.factor = 0;
+    o.incr = 1;
+    o.minb = 9;
+    o.maxb = 15;
+    cr_expect_eq(pc_sweep_rows(&o, 8), 1, "9..15 B all round to the same 8 B row");
+    cr_expect_eq(pc_sweep_rows(&o, 0), 0);
+}
+
+/* ---- what the check compares -------------------------------------------------------------- */
+
+static const int check_ranks[] = {1, 2, 3, 8, 31};
+
+/* Every preset element differs from the element the check expects there, for every dtype, op
+ * and rank count: an element the call does not write always fails. */
+Test(check, preset_unlike_never_passes)
+{
+    enum { N = 200 };
+    unsigned char out[N * 8], exp[8];
+    for (int d = 0; d < PC_DTYPE_COUNT; d++) {
+        const size_t sz = pc_dtype_size((pc_dtype_t)d);
+        for (size_t ri = 0; ri < sizeof check_ranks / sizeof *check_ranks; ri++) {
+            const int n = check_ranks[ri];
+            for (int op = 0; op < PC_OP_COUNT; op++) {
+                pc_gen_t g = pc_gen(pc_gen_kind((pc_op_t)op), (pc_dtype_t)d, n);
+                pc_preset_unlike_reduce(out, N, (pc_dtype_t)d, (pc_op_t)op, &g, n, 5);
+                for (size_t k = 0; k < N; k++) {
+                    pc_expect_reduce(exp, (pc_dtype_t)d, (pc_op_t)op, &g, n, 5 + k);
+                    cr_assert(!pc_same(out + k * sz, exp, (pc_dtype_t)d), "%s %s n=%d element %zu passes unwritten",
+                              pc_dtype_name((pc_dtype_t)d), pc_op_name((pc_op_t)op), n, k);
+                }
+            }
+            pc_gen_t g = pc_gen(PC_GEN_RANGE, (pc_dtype_t)d, n);
+            for (int r = 0; r < n; r++) {
+                pc_preset_unlike_copy(out, N, (pc_dtype_t)d, &g, r, 7);
+                for (size_t k = 0; k < N; k++) {
+                    pc_put(exp, 0, (pc_dtype_t)d, pc_val(&g, r, 7 + k));
+                    cr_assert(!pc_same(out + k * sz, exp, (pc_dtype_t)d), "%s copy of rank %d element %zu",
+                              pc_dtype_name((pc_dtype_t)d), r, k);
+                }
+            }
+        }
+    }
+}
+
+/* What the presets replace (mpi_allreduce preset its output with 0xff bytes): int32 sums of -1
+ * passed there without being written. */
+Test(check, preset_of_ones_passes_minus_one)
+{
+    const int n = 2;
+    pc_gen_t g = pc_gen(PC_GEN_SUM, PC_INT32, n);
+    int32_t ones, exp;
+    memset(&ones, 0xff, sizeof ones);
+    size_t pass = 0;
+    for (uint64_t i = 0; i < 1000; i++) {
+        pc_expect_reduce(&exp, PC_INT32, PC_SUM, &g, n, i);
+        pass += pc_same(&ones, &exp, PC_INT32);
+    }
+    cr_expect_gt(pass, 0, "no sum of -1 in 1000 elements: the case the presets are for is gone");
+}
+
+Test(check, send_buffer_changed)
+{
+    enum { N = 64 };
+    float b[N];
+    pc_gen_t g = pc_gen(PC_GEN_SUM, PC_FLOAT32, 4);
+    size_t first;
+    pc_fill(b, N, PC_FLOAT32, &g, 2, 100);
+    cr_expect_eq(pc_count_changed(b, N, PC_FLOAT32, &g, 2, 100, &first), 0);
+    cr_expect_eq(first, N);
+    cr_expect_eq(pc_count_changed(b, N, PC_FLOAT32, &g, 2, 101, &first) > 0, 1, "another base is other data");
+    b[40] += 1;
+    b[50] = 3.4e38f;
+    cr_expect_eq(pc_count_changed(b, N, PC_FLOAT32, &g, 2, 100, &first), 2);
+    cr_expect_eq(first, 40);
+    /* Bitwise: a -0.0 written over a 0 is a change, though it compares equal. */
+    pc_fill(b, N, PC_FLOAT32, &g, 2, 100);
+    size_t z = N;
+    for (size_t k = 0; k < N && z == N; k++)
+        if (b[k] == 0) z = k;
+    cr_assert_lt(z, N, "no zero in the check data");
+    b[z] = -0.0f;
+    cr_expect_eq(pc_count_changed(b, N, PC_FLOAT32, &g, 2, 100, &first), 1);
+    cr_expect_eq(first, z);
+}
+
+Test(check, guard_span)
+{
+    unsigned char gbuf[PC_GUARD_BYTES];
+    size_t first;
+    pc_guard_fill(gbuf, sizeof gbuf);
+    cr_expect_eq(pc_guard_count(gbuf, sizeof gbuf, 4, &first), 0);
+    cr_expect_eq(first, sizeof gbuf);
+    /* One float element past the end of the used part, as a library writing count + 1. */
+    float v = 12345.f;
+    memcpy(gbuf, &v, sizeof v);
+    cr_expect_eq(pc_guard_count(gbuf, sizeof gbuf, 4, &first), 1);
+    cr_expect_eq(first, 0);
+    cr_expect_eq(pc_guard_count(gbuf, sizeof gbuf, 1, &first), 4, "counted by the byte");
+    pc_guard_fill(gbuf, sizeof gbuf);
+    gbuf[PC_GUARD_BYTES - 1] ^= 1;
+    gbuf[9] ^= 0x40;
+    cr_expect_eq(pc_guard_count(gbuf, sizeof gbuf, 8, &first), 2);
+    cr_expect_eq(first, 9);
+}
+
+/* No element of the check data matches the guard pattern at any aligned place: a stray element
+ * of the call's data over the guard always counts. The inputs and copies are in [-100, 100];
+ * sums and products of the wider types go further. */
+Test(check, guard_pattern_is_no_check_data)
+{
+    unsigned char gbuf[PC_GUARD_BYTES], e[8];
+    pc_guard_fill(gbuf, sizeof gbuf);
+    for (int d = 0; d < PC_DTYPE_COUNT; d++) {
+        const size_t sz = pc_dtype_size((pc_dtype_t)d);
+        const int lim = sz == 1 ? 100 : 4096;
+        for (int v = -lim; v <= lim; v++) {
+            pc_put(e, 0, (pc_dtype_t)d, v);
+            for (size_t off = 0; off + sz <= sizeof gbuf; off += sz)
+                cr_assert(memcmp(gbuf + off, e, sz) != 0, "%s %d matches the guard at byte %zu",
+                          pc_dtype_name((pc_dtype_t)d), v, off);
+        }
+    }
+}
+
 /* ---- output layout ------------------------------------------------------------------------ */
 
 static void redirect(void) { cr_redirect_stdout(); }
@@ -394,7 +539,7 @@ static void json_two_rows(const pc_meta_t *m, int wrong, const char *mem1, const
     pc_print_row(&out, &r);
     r.mem = mem2;
     pc_print_row(&out, &r);
-    pc_json_end(0);
+    pc_json_end(0, 1);
     captured(buf, len);
 }
 
@@ -432,6 +577,31 @@ Test(perf, json_mem, .init = redirect, .timeout = 10)
     cr_expect(strstr(buf, "\"memory\": \"both\", \"gpu\": \"device 0: GPU \\\"x\\\"\"") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"host\"},\n") != NULL, "%s", buf);
     cr_expect(strstr(buf, "\"eff\": null, \"mem\": \"cuda\"}\n  ]") != NULL, "%s", buf);
+}
+
+/* -c 0: nothing was compared, so neither "0 OK" nor "ok": true (compare.sh and readers of the
+ * JSON took those for checked results). */
+Test(perf, footer_and_json_end_unchecked, .init = redirect, .timeout = 10)
+{
+    pc_print_footer(stdout, NULL, 1, 0, 3.0, 2);
+    pc_print_footer(stdout, "ps", 1, 3, 1.0, 1);
+    pc_print_footer(stdout, "ring, cuda", 0, 0, 2.0, 1);
+    pc_json_end(0, 1);
+    pc_json_end(2, 1);
+    pc_json_end(0, 0);
+    fflush(stdout);
+    cr_assert_stdout_eq_str("# Out of bounds values : 0 OK\n"
+                            "# Avg bus bandwidth    : 1.5\n"
+                            "#\n"
+                            "# Out of bounds values : 3 FAILED (ps)\n"
+                            "# Avg bus bandwidth    : 1 (ps)\n"
+                            "#\n"
+                            "# Out of bounds values : N/A (not checked, -c 0) (ring, cuda)\n"
+                            "# Avg bus bandwidth    : 2 (ring, cuda)\n"
+                            "#\n"
+                            "\n  ],\n  \"wrong_total\": 0, \"ok\": true\n}\n"
+                            "\n  ],\n  \"wrong_total\": 2, \"ok\": false\n}\n"
+                            "\n  ],\n  \"wrong_total\": null, \"ok\": null\n}\n");
 }
 
 /* A size so large that rounding it up to whole pages wraps: refused, not a 4 KiB buffer that the

@@ -149,12 +149,17 @@ ring_result_t rt_data_csv(rt_dataset *d, const char *path, int classification)
             vals = q;
             cap = nc;
         }
-        size_t bad = nf;
-        for (size_t j = 0; j < nf && bad == nf; j++)
-            if (!parse_number(fields[j], &vals[rows * nf + j])) bad = j;
+        size_t bad = nf, numbers = 0;
+        for (size_t j = 0; j < nf; j++) {
+            if (parse_number(fields[j], &vals[rows * nf + j])) numbers++;
+            else if (bad == nf) bad = j;
+        }
         if (bad < nf) {
-            if (ncols == 0 && rows == 0) { /* a header: remember the width, skip the line */
-                ncols = nf;
+            /* The first line is a header only where no field is a number: "1,2,x" is a sample
+             * with a typo, and dropping it as a header would lose it without a word. */
+            if (ncols == 0 && rows == 0 && numbers == 0) {
+                ncols = nf; /* the width the data rows must have */
+                fprintf(stderr, "rt_data_csv: %s:%zu: no field is a number: skipped as a header\n", path, lineno);
                 continue;
             }
             rc = rt__fail(RING_ERR_INVALID_ARG, "rt_data_csv: %s:%zu: column %zu is not a number", path, lineno, bad + 1);

@@ -206,9 +206,10 @@ typedef struct rt_dataset {
 ring_result_t rt_data_house(rt_dataset *d, size_t n, uint64_t seed);
 /* nclasses interleaved spiral arms in the plane, n_per_class points each (CS231n's set). */
 ring_result_t rt_data_spirals(rt_dataset *d, size_t n_per_class, int nclasses, uint64_t seed);
-/* Numbers separated by commas, one sample per line, the target last; a first line with a
- * field that is not a number is a header. classification: the target must be an integer in
- * [0, 1000) and nclasses = largest + 1. */
+/* Numbers separated by commas, one sample per line, the target last; a first line where no
+ * field is a number is a header (skipped, with a line on stderr); any other line with a field
+ * that is not a number is an error. classification: the target must be an integer in [0, 1000)
+ * and nclasses = largest + 1. */
 ring_result_t rt_data_csv(rt_dataset *d, const char *path, int classification);
 /* Shifts and scales every feature to mean 0, deviation 1 (constant features are only shifted);
  * with target also the regression target. mean/std of the target are returned if not NULL. */

@@ -159,6 +159,15 @@ int main(int argc, char **argv)
     const size_t sz = pc_dtype_size(t);
     const int n = g_nranks, is_root = g_rank == 0;
     if (o.maxb / sz > (size_t)INT32_MAX) bad_arg(argv[0], "-e too large for an int count", NULL);
+    if (pc_sweep_rows(&o, sz) == 0) {
+        /* An empty table would pass: a usage error, as in ring_perf. */
+        if (is_root)
+            fprintf(stderr,
+                    "mpi_allreduce: no size in -b %zu .. -e %zu holds one %s element (%zu B); no row to measure\n",
+                    o.minb, o.maxb, pc_dtype_name(t), sz);
+        MPI_Finalize();
+        return 2;
+    }
     FILE *info = o.fmt == PC_FMT_TABLE ? stdout : stderr;
     const double busfac = pc_busbw_factor(PC_COLL_ALLREDUCE, n);
     /* Model parameters only as given: no probe here. */
@@ -261,7 +270,9 @@ int main(int argc, char **argv)
             long long wrong = -1;
             if (o.check) {
                 pc_fill(sbuf, count, t, &gen, g_rank, 0);
-                if (!inplace) memset(rbuf, 0xff, count * sz);
+                /* The complement of the expected values: an element MPI never writes fails the
+                 * check (0xff bytes let every integer element whose result is -1 pass). */
+                if (!inplace) pc_preset_unlike_reduce(rbuf, count, t, op, &gen, n, 0);
                 call(s, r, count, t, op);
                 long long w = check(r, count, t, op, &gen);
                 MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -281,8 +292,8 @@ int main(int argc, char **argv)
         }
         if (!pc_next_size(&size, o.factor, o.incr)) break;
     }
-    if (is_root) pc_print_footer(info, NULL, wrong_total, bw_sum, rows);
-    if (is_root && o.fmt == PC_FMT_JSON) pc_json_end(wrong_total);
+    if (is_root) pc_print_footer(info, NULL, o.check, wrong_total, bw_sum, rows);
+    if (is_root && o.fmt == PC_FMT_JSON) pc_json_end(wrong_total, o.check);
     free(times);
     free(sbuf);
     free(rbuf);

@@ -283,6 +283,24 @@ Test(data, csv_classification_and_errors, .init = tmpfile_init, .fini = tmpfile_
     cr_expect_eq(rt_data_csv(&d, path, 0), RING_ERR_INVALID_ARG, "a header alone");
 }
 
+/* A first line with numbers in it is a sample, however malformed: an error, not a header that
+ * drops it without a word. Only a line without any number is a header. */
+Test(data, csv_malformed_first_row_is_an_error, .init = tmpfile_init, .fini = tmpfile_fini)
+{
+    rt_dataset d;
+    write_file("1,2,x\n4,5,6\n7,8,9\n");
+    cr_expect_eq(rt_data_csv(&d, path, 0), RING_ERR_INVALID_ARG, "the first row was taken for a header");
+    cr_expect(strstr(rt_last_error(), ":1: column 3 is not a number") != NULL, "message: %s", rt_last_error());
+    write_file("x1,2,y\n4,5,6\n");
+    cr_expect_eq(rt_data_csv(&d, path, 0), RING_ERR_INVALID_ARG, "a number among the names");
+    cr_expect(strstr(rt_last_error(), ":1: column 1 is not a number") != NULL, "message: %s", rt_last_error());
+    write_file("x1,x2,\n4,5,6\n7,8,9\n");
+    cr_assert_eq(rt_data_csv(&d, path, 0), RING_OK, "a header with an empty name: %s", rt_last_error());
+    cr_expect_eq(d.n, 2);
+    cr_expect(d.x[0] == 4 && d.y[1] == 9);
+    rt_dataset_free(&d);
+}
+
 /* ---------- random numbers, options ---------- */
 
 Test(rng, reproducible_and_in_range)
