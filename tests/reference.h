@@ -27,6 +27,8 @@ typedef enum {
     REF_EXACT,
     /* Random non-integer floats for tolerance checks (float types only). */
     REF_NOISE,
+    /* IEEE special values for a reduction (float types only): see ref_special_expect. */
+    REF_SPECIAL,
 } ref_kind_t;
 
 uint64_t ref_mix64(uint64_t x);
@@ -75,6 +77,36 @@ double ref_unit_roundoff(ring_dtype_t dt);
 double ref_elem_to_double(const void *p, ring_dtype_t dt);
 /* "123 (0x7b)" / "1.5 (0x3e00)": value and raw bits, for mismatch reports. */
 void ref_format_elem(char *out, size_t outlen, const void *p, ring_dtype_t dt);
+
+/*
+ * IEEE special values (REF_SPECIAL; float types, every op). Every element position draws a
+ * case from (seed, opidx, index) alone, and each rank's value from the case and its rank:
+ * NaN (quiet, random sign and payload) on one rank or on two, +Inf and -Inf together, Inf
+ * with finite values, the largest finite value on two or more ranks (SUM overflows), on one
+ * (absorbs the rest), or +MAX and -MAX cancelling among zeros, -0 on every rank, -0 and +0
+ * mixed, subnormals alone, ordinary values, and for PROD zero times Inf, overflow, one
+ * subnormal times powers of two. The cases are chosen so that the documented result does
+ * not depend on the order of combination (ref_special_expect checks that on every element).
+ *
+ * ref_special_expect writes the expected bits of every element and, in how[i], how a result
+ * is compared with them: REF_MATCH_BITS bitwise; REF_MATCH_NAN any quiet NaN (the payload
+ * and sign of a NaN are free); REF_MATCH_ZERO a zero of either sign (MIN/MAX of -0 and +0:
+ * which of two equal operands wins is not documented). It returns the number of elements
+ * whose expected value came out differently in different combination orders (0 unless the
+ * generator is wrong; the first is described in `why`).
+ */
+enum { REF_MATCH_BITS, REF_MATCH_NAN, REF_MATCH_ZERO };
+
+size_t ref_special_expect(void *out, unsigned char *how, size_t count, ring_dtype_t dt, ring_op_t op, int nranks,
+                          uint64_t seed, uint64_t opidx, size_t first, char *why, size_t whylen);
+/* 1 if got is acceptable for expected exp compared the `how` way. */
+int ref_special_match(const void *got, const void *exp, int how, ring_dtype_t dt);
+/* The case of element idx and every rank's input, for mismatch reports. */
+void ref_special_describe(char *out, size_t outlen, ring_dtype_t dt, ring_op_t op, int nranks, uint64_t seed,
+                          uint64_t opidx, size_t idx);
+/* The element's bits with every NaN replaced by one canonical NaN: for comparing ranks'
+ * results with the NaN payloads left out. */
+uint64_t ref_canonical_bits(const void *p, ring_dtype_t dt);
 
 uint64_t ref_fnv1a(uint64_t h, const void *p, size_t n);
 #define REF_FNV_INIT 0xcbf29ce484222325ULL

@@ -218,6 +218,8 @@ static uint64_t ref_float(ring_dtype_t t, ring_op_t op, int nranks, uint64_t a, 
     }
     case RING_AVG:
         r = wide ? x + y : (float)(x + y);
+        /* fp16/bf16: the sum is rounded to the type before the division, as every partial sum */
+        if (nranks != 0 && (t == RING_FLOAT16 || t == RING_BFLOAT16)) r = decode(t, encode(t, r));
         if (nranks != 0) r = wide ? r / nranks : (float)(r / (float)nranks);
         break;
     default: return 0;
@@ -538,7 +540,12 @@ Test(reduce_fp16, avg_final)
 {
     EXPECT(RING_FLOAT16, RING_AVG, 2, H(0x3c00), H(0x4000), H(0x3e00)); /* (1+2)/2 = 1.5 */
     EXPECT(RING_FLOAT16, RING_AVG, 3, H(0x3c00), H(0x0000), H(0x3555)); /* 1/3 */
-    EXPECT(RING_FLOAT16, RING_AVG, 2, H(0x7bff), H(0x7bff), H(0x7bff)); /* no overflow in float */
+    /* the sum is rounded to fp16 before the division, as every partial sum is: 65504 + 65504
+     * overflows (it did not when the last sum stayed in float) */
+    EXPECT(RING_FLOAT16, RING_AVG, 2, H(0x7bff), H(0x7bff), H(0x7c00));
+    EXPECT(RING_FLOAT16, RING_AVG, 3, H(0x7bff), H(0x0000), H(0x7555)); /* 65504 / 3: 21840 */
+    /* the sum's rounding shows: 2048 + 1 is 2048 in fp16, so 682.5 (683 when kept in float) */
+    EXPECT(RING_FLOAT16, RING_AVG, 3, H(0x6800), H(0x3c00), H(0x6155));
     EXPECT(RING_FLOAT16, RING_AVG, 4, H(0x0001), H(0x0001), H(0x0000)); /* 2^-25: tie to 0 */
     EXPECT(RING_FLOAT16, RING_AVG, 0, H(0x3c00), H(0x4000), H(0x4200)); /* not final: a sum */
 }

@@ -230,7 +230,10 @@ FLOAT_KERNEL(double_kernel, double)
 /*
  * fp16/bf16: widen, combine in float, round back on every call. float has more than
  * 2p+2 bits for both formats, so the float result rounded to 16 bits is also the correctly
- * rounded 16-bit sum, product and quotient (no double-rounding error).
+ * rounded 16-bit sum, product and quotient (no double-rounding error). AVG's last sum is
+ * rounded to 16 bits before the division, as every earlier partial sum was: kept in float it
+ * could not overflow where an earlier one did, so whether an average came out Inf depended on
+ * which two partial sums the algorithm added last (the ring and recursive doubling differed).
  */
 #define NARROW_KERNEL(NAME, TO, FROM)                                                              \
     KERNEL void NAME(void *dst, const void *a, const void *b, size_t n, ring_op_t op, int nranks) \
@@ -238,7 +241,7 @@ FLOAT_KERNEL(double_kernel, double)
         switch (op) {                                                                              \
         case RING_AVG: {                                                                           \
             float dn = (float)nranks;                                                              \
-            LOOP(uint16_t, FROM((TO(x) + TO(y)) / dn));                                            \
+            LOOP(uint16_t, FROM(TO(FROM(TO(x) + TO(y))) / dn));                                            \
             return;                                                                                \
         }                                                                                          \
         case RING_SUM: LOOP(uint16_t, FROM(TO(x) + TO(y))); return;                                \
@@ -333,6 +336,7 @@ static int path(void)
 #define LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define STORE8(p, v)                                                                               \
     _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
+#define ROUND16(v) _mm256_cvtph_ps(_mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
 #define F16C_LOOP(EXPR)                                                                            \
     do {                                                                                           \
         size_t i = 0;                                                                              \
@@ -358,7 +362,7 @@ half_f16c(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, ring_op_t
     switch (op) {
     case RING_AVG: {
         __m256 dn = _mm256_set1_ps((float)nranks);
-        F16C_LOOP(_mm256_div_ps(_mm256_add_ps(x, y), dn));
+        F16C_LOOP(_mm256_div_ps(ROUND16(_mm256_add_ps(x, y)), dn));
         return;
     }
     case RING_SUM: F16C_LOOP(_mm256_add_ps(x, y)); return;

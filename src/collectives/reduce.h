@@ -28,9 +28,9 @@ void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dt
 
 /*
  * The last combining step of a reduction over nranks contributions:
- * dst[i] = a[i] op b[i], and for RING_AVG dst[i] = (a[i] + b[i]) / nranks, computed in the
- * wide type (float for fp16/bf16, the type itself otherwise; integer division truncates) and
- * rounded once.
+ * dst[i] = a[i] op b[i], and for RING_AVG dst[i] = (a[i] + b[i]) / nranks: the sum wrapped or
+ * rounded to the type as every partial sum is, then divided (fp16/bf16 in float and rounded
+ * once more; integer division truncates).
  */
 void ring__reduce_final(void *dst, const void *a, const void *b, size_t count,
                         ring_dtype_t dtype, ring_op_t op, int nranks);

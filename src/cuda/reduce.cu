@@ -11,7 +11,8 @@
  *  - fp16/bf16: widened to float (exact), combined in float with the host's operations and
  *    rounded to nearest-even once (__float2half_rn / __float2bfloat16_rn). float has more
  *    than 2p+2 bits for both, so SUM and PROD are also the correctly rounded 16-bit results:
- *    native __hadd/__hmul would give the same bits, and AVG has to go through float to match;
+ *    native __hadd/__hmul would give the same bits. AVG rounds the sum to 16 bits, as every
+ *    partial sum is, then divides in float and rounds again, as the host does;
  *  - MIN/MAX: (y < x || y != y) ? y : x on the widened values, returning the input's bits, so
  *    NaN propagates from either side and -0 vs +0 keeps a; a NaN result of fp16/bf16 is
  *    quieted as the host's widen-and-narrow does (h | quiet bit);
@@ -123,7 +124,7 @@ template <class C> struct NarrowOps {
         float fx = C::widen(x), fy = C::widen(y);
         if (OP == RING_SUM) return C::narrow(add_rn(fx, fy));
         if (OP == RING_PROD) return C::narrow(mul_rn(fx, fy));
-        if (OP == RING_AVG) return C::narrow(div_rn(add_rn(fx, fy), (float)nranks));
+        if (OP == RING_AVG) return C::narrow(div_rn(C::widen(C::narrow(add_rn(fx, fy))), (float)nranks));
         if (OP == RING_MIN) return quiet(take_y_min(fx, fy) ? y : x);
         return quiet(take_y_max(fx, fy) ? y : x); /* RING_MAX */
     }
