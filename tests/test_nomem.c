@@ -1,18 +1,22 @@
 /*
- * Out of memory, at every allocation in turn (RING_ERR_NOMEM). The binary links with
- * --wrap=malloc,calloc,realloc,aligned_alloc,posix_memalign,pthread_create, so every
- * allocation the library makes goes through this file. A job of 3 ranks, each a thread of this
- * process on real loopback sockets, runs init, every collective (sync and async), a buffer
- * registration and destroy. Round k fails the k-th allocation of one rank (its own thread and
- * the threads the library starts for it count as one rank), once; the rounds go on until one
- * in which the rank made fewer than k allocations, so every allocation site those calls reach
- * has failed once.
+ * Out of memory, at every allocation in turn (RING_ERR_NOMEM), and out of the other resources
+ * at every system call that takes one. The binary links with --wrap for malloc, calloc,
+ * realloc, aligned_alloc and posix_memalign, and for socket, accept4, bind, listen, eventfd,
+ * mmap, open, ftruncate, posix_fallocate and pthread_create, so every such call the library
+ * makes goes through this file. A job of 3 ranks, each a thread of this process on real
+ * loopback sockets, runs init, every collective (sync and async), a buffer registration, an
+ * abort and destroy. Round k fails the k-th call of one family (allocations, or those system
+ * calls) of one rank (its own thread and the threads the library starts for it count as one
+ * rank), once; the rounds go on until one in which the rank made fewer than k, so every call
+ * site those calls reach has failed once. A failed system call fails with the errno of a
+ * system out of that resource (EMFILE, ENOMEM, EAGAIN, ENOSPC, EADDRINUSE).
  *
  * What every round must show:
  *  - every rank returns from every call: no hang, no crash (ASan builds: no leak either, and no
  *    use of a NULL the library did not check);
- *  - a rank whose allocation failed returns RING_ERR_NOMEM from the call that needed it, unless
- *    the allocation was optional and every call still succeeded;
+ *  - a rank whose allocation failed returns RING_ERR_NOMEM from the call that needed it, and
+ *    one whose system call failed an error whose text carries that errno's, unless the call
+ *    was optional (or retried) and every call still succeeded;
  *  - the other ranks fail too, with an error naming the failed rank or saying what failed,
  *    within the timeout and the cause grace (docs/reliability.md), never with wrong data;
  *  - every call that returned RING_OK left the right result;
@@ -33,6 +37,10 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -51,29 +59,41 @@
 #define ROUND_LIMIT_MS (TIMEOUT_MS + 4000 + 3000)
 #define MAX_ROUNDS 3000
 
-/* ---- the allocator's fault ------------------------------------------------------------------- */
+/* ---- the faults ------------------------------------------------------------------------------ */
+
+/* Two families, counted apart: allocations, and the system calls that take a resource (an fd,
+ * a mapping, a thread, disk space, a port) and fail when the system has none left. */
+enum { FAM_ALLOC, FAM_SYS };
 
 /* One countdown per rank; a thread points at its rank's, or at none. */
 typedef struct fault {
-    atomic_long left;  /* allocations until the one that fails; <= 0: none to fail */
-    atomic_long calls; /* allocations made while armed */
+    int family;
+    atomic_long left;  /* calls of the family until the one that fails; <= 0: none to fail */
+    atomic_long calls; /* calls of the family made while armed */
     atomic_int fired;
-    void *site; /* return address of the call that failed */
+    void *site;       /* return address of the call that failed */
+    const char *call; /* its name */
+    int err;          /* the errno it failed with */
 } fault_t;
 
 static __thread fault_t *armed;
 
-static int fail_now(void *site)
+/* 1: fail this call, with errno = err. */
+static int fail_now(int family, void *site, const char *call, int err)
 {
     fault_t *f = armed;
-    if (!f) return 0;
+    if (!f || f->family != family) return 0;
     atomic_fetch_add(&f->calls, 1);
     if (atomic_fetch_sub(&f->left, 1) != 1) return 0;
     f->site = site;
+    f->call = call;
+    f->err = err;
     atomic_store(&f->fired, 1);
-    errno = ENOMEM;
+    errno = err;
     return 1;
 }
+#define ALLOC_FAILS() fail_now(FAM_ALLOC, __builtin_return_address(0), "allocation", ENOMEM)
+#define SYS_FAILS(call, err) fail_now(FAM_SYS, __builtin_return_address(0), call, err)
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t k, size_t n);
@@ -86,16 +106,76 @@ void *__wrap_realloc(void *p, size_t n);
 void *__wrap_aligned_alloc(size_t a, size_t n);
 int __wrap_posix_memalign(void **p, size_t a, size_t n);
 
-void *__wrap_malloc(size_t n) { return fail_now(__builtin_return_address(0)) ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t k, size_t n) { return fail_now(__builtin_return_address(0)) ? NULL : __real_calloc(k, n); }
-void *__wrap_realloc(void *p, size_t n) { return fail_now(__builtin_return_address(0)) ? NULL : __real_realloc(p, n); }
-void *__wrap_aligned_alloc(size_t a, size_t n)
+void *__wrap_malloc(size_t n) { return ALLOC_FAILS() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t k, size_t n) { return ALLOC_FAILS() ? NULL : __real_calloc(k, n); }
+void *__wrap_realloc(void *p, size_t n) { return ALLOC_FAILS() ? NULL : __real_realloc(p, n); }
+void *__wrap_aligned_alloc(size_t a, size_t n) { return ALLOC_FAILS() ? NULL : __real_aligned_alloc(a, n); }
+int __wrap_posix_memalign(void **p, size_t a, size_t n) { return ALLOC_FAILS() ? ENOMEM : __real_posix_memalign(p, a, n); }
+
+/* Each with the errno a system out of that resource gives. */
+int __real_socket(int d, int t, int p);
+int __real_accept4(int fd, struct sockaddr *a, socklen_t *l, int fl);
+int __real_bind(int fd, const struct sockaddr *a, socklen_t l);
+int __real_listen(int fd, int n);
+int __real_eventfd(unsigned v, int fl);
+void *__real_mmap(void *a, size_t n, int prot, int fl, int fd, off_t off);
+void *__real_mmap64(void *a, size_t n, int prot, int fl, int fd, off_t off);
+int __real_open(const char *path, int fl, ...);
+int __real_open64(const char *path, int fl, ...);
+int __real_ftruncate(int fd, off_t n);
+int __real_ftruncate64(int fd, off_t n);
+int __real_posix_fallocate64(int fd, off_t off, off_t n);
+int __wrap_socket(int d, int t, int p);
+int __wrap_accept4(int fd, struct sockaddr *a, socklen_t *l, int fl);
+int __wrap_bind(int fd, const struct sockaddr *a, socklen_t l);
+int __wrap_listen(int fd, int n);
+int __wrap_eventfd(unsigned v, int fl);
+void *__wrap_mmap(void *a, size_t n, int prot, int fl, int fd, off_t off);
+void *__wrap_mmap64(void *a, size_t n, int prot, int fl, int fd, off_t off);
+int __wrap_open(const char *path, int fl, ...);
+int __wrap_open64(const char *path, int fl, ...);
+int __wrap_ftruncate(int fd, off_t n);
+int __wrap_ftruncate64(int fd, off_t n);
+int __wrap_posix_fallocate64(int fd, off_t off, off_t n);
+
+int __wrap_socket(int d, int t, int p) { return SYS_FAILS("socket", EMFILE) ? -1 : __real_socket(d, t, p); }
+int __wrap_accept4(int fd, struct sockaddr *a, socklen_t *l, int fl)
 {
-    return fail_now(__builtin_return_address(0)) ? NULL : __real_aligned_alloc(a, n);
+    return SYS_FAILS("accept4", EMFILE) ? -1 : __real_accept4(fd, a, l, fl);
 }
-int __wrap_posix_memalign(void **p, size_t a, size_t n)
+int __wrap_bind(int fd, const struct sockaddr *a, socklen_t l) { return SYS_FAILS("bind", EADDRINUSE) ? -1 : __real_bind(fd, a, l); }
+int __wrap_listen(int fd, int n) { return SYS_FAILS("listen", EADDRINUSE) ? -1 : __real_listen(fd, n); }
+int __wrap_eventfd(unsigned v, int fl) { return SYS_FAILS("eventfd", EMFILE) ? -1 : __real_eventfd(v, fl); }
+void *__wrap_mmap(void *a, size_t n, int prot, int fl, int fd, off_t off)
 {
-    return fail_now(__builtin_return_address(0)) ? ENOMEM : __real_posix_memalign(p, a, n);
+    return SYS_FAILS("mmap", ENOMEM) ? MAP_FAILED : __real_mmap(a, n, prot, fl, fd, off);
+}
+void *__wrap_mmap64(void *a, size_t n, int prot, int fl, int fd, off_t off)
+{
+    return SYS_FAILS("mmap", ENOMEM) ? MAP_FAILED : __real_mmap64(a, n, prot, fl, fd, off);
+}
+static mode_t mode_arg(int fl, va_list ap) { return (fl & O_CREAT) || (fl & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0; }
+int __wrap_open(const char *path, int fl, ...)
+{
+    va_list ap;
+    va_start(ap, fl);
+    mode_t m = mode_arg(fl, ap);
+    va_end(ap);
+    return SYS_FAILS("open", EMFILE) ? -1 : __real_open(path, fl, m);
+}
+int __wrap_open64(const char *path, int fl, ...)
+{
+    va_list ap;
+    va_start(ap, fl);
+    mode_t m = mode_arg(fl, ap);
+    va_end(ap);
+    return SYS_FAILS("open", EMFILE) ? -1 : __real_open64(path, fl, m);
+}
+int __wrap_ftruncate(int fd, off_t n) { return SYS_FAILS("ftruncate", ENOSPC) ? -1 : __real_ftruncate(fd, n); }
+int __wrap_ftruncate64(int fd, off_t n) { return SYS_FAILS("ftruncate", ENOSPC) ? -1 : __real_ftruncate64(fd, n); }
+int __wrap_posix_fallocate64(int fd, off_t off, off_t n)
+{
+    return SYS_FAILS("posix_fallocate", ENOSPC) ? ENOSPC : __real_posix_fallocate64(fd, off, n);
 }
 
 /* The threads the library starts for a rank (progress, watcher) count as that rank. */
@@ -117,6 +197,7 @@ int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
 int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
+    if (SYS_FAILS("pthread_create", EAGAIN)) return EAGAIN;
     tramp_t *p = __real_malloc(sizeof *p);
     if (!p) return EAGAIN;
     *p = (tramp_t){fn, arg, armed};
@@ -313,9 +394,12 @@ static int never_joined(const char *msg)
 }
 
 /* Round k fails allocation k of rank `victim`; returns 0 once that rank made fewer than k. */
-static int round_run(long k, int victim, int *sites, void **site_seen, int max_sites)
+static int round_run(int family, long k, int victim, int *sites, void **site_seen, int max_sites)
 {
     fault_t fault;
+    fault.family = family;
+    fault.call = NULL;
+    fault.err = 0;
     atomic_init(&fault.left, k);
     atomic_init(&fault.calls, 0);
     atomic_init(&fault.fired, 0);
@@ -340,8 +424,8 @@ static int round_run(long k, int victim, int *sites, void **site_seen, int max_s
         if (!atomic_load(&ra[r].done)) {
             int s = 0;
             while (s < S_N && ra[r].ran[s]) s++;
-            cr_assert_fail("round %ld (allocation %ld of rank %d fails): rank %d still in %s after %.0f ms", k, k,
-                           victim, r, s < S_N ? step_name[s] : "?", now_ms() - t0);
+            cr_assert_fail("round %ld (call %ld of rank %d fails): rank %d still in %s after %.0f ms", k, k, victim, r,
+                           s < S_N ? step_name[s] : "?", now_ms() - t0);
         }
         pthread_join(ra[r].t, NULL);
     }
@@ -369,29 +453,36 @@ static int round_run(long k, int victim, int *sites, void **site_seen, int max_s
               ra[victim].abort_msg);
     if (!fired) {
         for (int r = 0; r < NR; r++)
-            cr_assert_eq(ra[r].first_fail, -1, "round %ld (no allocation failed): rank %d: %s: %s: %s", k, r,
+            cr_assert_eq(ra[r].first_fail, -1, "round %ld (no call failed): rank %d: %s: %s: %s", k, r,
                          step_name[ra[r].first_fail], ring_result_name(ra[r].rc[ra[r].first_fail]), ra[r].msg);
-        cr_log_info("rank %d made %ld allocations: every one failed once in the rounds before", victim,
-                    atomic_load(&fault.calls));
+        cr_log_info("rank %d made %ld %s: every one failed once in the rounds before", victim, atomic_load(&fault.calls),
+                    family == FAM_ALLOC ? "allocations" : "resource-taking system calls");
         return 0;
     }
-    char sn[160];
-    site_name(fault.site, sn, sizeof sn);
+    char sn[200], at[160];
+    snprintf(sn, sizeof sn, "%s at %s", fault.call, site_name(fault.site, at, sizeof at));
     int new_site = 1;
     for (int i = 0; i < *sites; i++) new_site &= site_seen[i] != fault.site;
     if (new_site && *sites < max_sites) site_seen[(*sites)++] = fault.site;
 
     if (v->first_fail < 0) {
-        /* An allocation the library can do without: then every rank must have done it all. */
+        /* A call the library can do without (or retries): then every rank must have done it all. */
         for (int r = 0; r < NR; r++)
             cr_assert_eq(ra[r].first_fail, -1, "round %ld: the victim (rank %d) went through, rank %d failed: %s: %s: %s", k,
                          victim, r, step_name[ra[r].first_fail], ring_result_name(ra[r].rc[ra[r].first_fail]),
                          ra[r].msg);
-        if (new_site) cr_log_info("round %ld: allocation at %s failed, tolerated, every call right (%.0f ms)", k, sn, ms);
+        if (new_site) cr_log_info("round %ld: %s failed, tolerated, every call right (%.0f ms)", k, sn, ms);
         return 1;
     }
-    cr_assert_eq(v->rc[v->first_fail], RING_ERR_NOMEM, "round %ld: rank %d's allocation at %s failed, and its %s returned %s: %s",
-                 k, victim, sn, step_name[v->first_fail], ring_result_name(v->rc[v->first_fail]), v->msg);
+    /* Out of memory is RING_ERR_NOMEM; a system call keeps its errno's text (the code is the
+     * one its caller gives, e.g. RING_ERR_SYSTEM or RING_ERR_CONNECT). */
+    if (family == FAM_ALLOC)
+        cr_assert_eq(v->rc[v->first_fail], RING_ERR_NOMEM, "round %ld: rank %d's %s failed, and its %s returned %s: %s", k,
+                     victim, sn, step_name[v->first_fail], ring_result_name(v->rc[v->first_fail]), v->msg);
+    else
+        cr_assert(strstr(v->msg, strerror(fault.err)), "round %ld: rank %d's %s failed (%s), and its %s returned %s: %s", k,
+                  victim, sn, strerror(fault.err), step_name[v->first_fail], ring_result_name(v->rc[v->first_fail]),
+                  v->msg);
     for (int r = 0; r < NR; r++) {
         if (r == victim) continue;
         /* A rank may finish a call the victim failed in only if the victim's failure came after
@@ -405,7 +496,8 @@ static int round_run(long k, int victim, int *sites, void **site_seen, int max_s
         }
         char name[32];
         snprintf(name, sizeof name, "rank %d", victim);
-        cr_assert(strstr(ra[r].msg, name) || strstr(ra[r].msg, "out of memory") || strstr(ra[r].msg, "root"),
+        cr_assert(strstr(ra[r].msg, name) || strstr(ra[r].msg, "out of memory") || strstr(ra[r].msg, "root") ||
+                      strstr(ra[r].msg, strerror(family == FAM_ALLOC ? ENOMEM : fault.err)),
                   "round %ld: rank %d failed (%s in %s), rank %d's error does not say so: %s: %s", k, victim, v->msg,
                   step_name[v->first_fail], r, ring_result_name(ra[r].rc[ra[r].first_fail]), ra[r].msg);
     }
@@ -413,18 +505,18 @@ static int round_run(long k, int victim, int *sites, void **site_seen, int max_s
     for (int r = 0; r < NR; r++) inherent |= ra[r].first_fail >= 0 && never_joined(ra[r].msg);
     for (int r = 0; r < NR && !inherent; r++)
         cr_assert(ms < TIMEOUT_MS * 0.8 && (r == victim || ra[r].first_fail < 0 || ra[r].rc[ra[r].first_fail] != RING_ERR_TIMEOUT),
-                  "round %ld (%.0f ms): rank %d failed (%s in %s: allocation at %s) and rank %d waited for it until its "
+                  "round %ld (%.0f ms): rank %d failed (%s in %s: %s) and rank %d waited for it until its "
                   "timeout: %s: %s",
                   k, ms, victim, v->msg, step_name[v->first_fail], sn, r,
                   ra[r].first_fail < 0 ? "-" : ring_result_name(ra[r].rc[ra[r].first_fail]), ra[r].msg);
     if (new_site)
-        cr_log_info("round %ld (%.0f ms): allocation at %s: rank %d: %s: %s; rank %d: %s", k, ms, sn, victim,
+        cr_log_info("round %ld (%.0f ms): %s: rank %d: %s: %s; rank %d: %s", k, ms, sn, victim,
                     step_name[v->first_fail], v->msg, (victim + 1) % NR,
                     ra[(victim + 1) % NR].first_fail < 0 ? "went through" : ra[(victim + 1) % NR].msg);
     return 1;
 }
 
-static void every_allocation(int victim, const char *transport)
+static void every_call(int family, int victim, const char *transport)
 {
     clear_ring_env();
     setenv("RING_TRANSPORT", transport, 1);
@@ -433,9 +525,9 @@ static void every_allocation(int victim, const char *transport)
     int sites = 0;
     long k = 1;
     double t0 = now_ms();
-    while (round_run(k, victim, &sites, seen, 512)) {
+    while (round_run(family, k, victim, &sites, seen, 512)) {
         k++;
-        cr_assert(k <= MAX_ROUNDS, "more than %d allocations in one round", MAX_ROUNDS);
+        cr_assert(k <= MAX_ROUNDS, "more than %d calls in one round", MAX_ROUNDS);
     }
     /* The library's threads end by the time destroy returns; the kernel may take a moment to
      * drop a finished thread's task entry. */
@@ -444,13 +536,22 @@ static void every_allocation(int victim, const char *transport)
         usleep(10000);
     cr_assert_eq(count_dir("/proc/self/fd"), fds0, "file descriptors left behind after %ld rounds", k);
     cr_assert_eq(count_dir("/proc/self/task"), threads0, "threads left behind after %ld rounds", k);
-    cr_log_info("%s, rank %d failing: %ld rounds, %d distinct allocation sites failed, %.1f s", transport, victim, k,
-                sites, (now_ms() - t0) / 1e3);
+    cr_log_info("%s, rank %d failing: %ld rounds, %d distinct %s sites failed, %.1f s", transport, victim, k, sites,
+                family == FAM_ALLOC ? "allocation" : "system call", (now_ms() - t0) / 1e3);
 }
 
 TestSuite(nomem, .timeout = 900);
 
-Test(nomem, every_allocation_of_the_root_failing_in_turn_over_tcp) { every_allocation(0, "tcp"); }
-Test(nomem, every_allocation_of_the_last_rank_failing_in_turn_over_tcp) { every_allocation(NR - 1, "tcp"); }
-Test(nomem, every_allocation_of_the_root_failing_in_turn_over_shared_memory) { every_allocation(0, "shm"); }
-Test(nomem, every_allocation_of_the_last_rank_failing_in_turn_over_shared_memory) { every_allocation(NR - 1, "shm"); }
+Test(nomem, every_allocation_of_the_root_failing_in_turn_over_tcp) { every_call(FAM_ALLOC, 0, "tcp"); }
+Test(nomem, every_allocation_of_the_last_rank_failing_in_turn_over_tcp) { every_call(FAM_ALLOC, NR - 1, "tcp"); }
+Test(nomem, every_allocation_of_the_root_failing_in_turn_over_shared_memory) { every_call(FAM_ALLOC, 0, "shm"); }
+Test(nomem, every_allocation_of_the_last_rank_failing_in_turn_over_shared_memory) { every_call(FAM_ALLOC, NR - 1, "shm"); }
+
+/* Out of fds, mappings, threads, disk or ports: socket, accept4, bind, listen, eventfd, mmap,
+ * open, ftruncate, posix_fallocate and pthread_create, each failing in turn. */
+TestSuite(sysfail, .timeout = 900);
+
+Test(sysfail, every_resource_call_of_the_root_failing_in_turn_over_tcp) { every_call(FAM_SYS, 0, "tcp"); }
+Test(sysfail, every_resource_call_of_the_last_rank_failing_in_turn_over_tcp) { every_call(FAM_SYS, NR - 1, "tcp"); }
+Test(sysfail, every_resource_call_of_the_root_failing_in_turn_over_shared_memory) { every_call(FAM_SYS, 0, "shm"); }
+Test(sysfail, every_resource_call_of_the_last_rank_failing_in_turn_over_shared_memory) { every_call(FAM_SYS, NR - 1, "shm"); }

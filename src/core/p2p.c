@@ -118,27 +118,29 @@ fail:
 }
 
 /* A connection that failed in init (reset, closed, refused, a shared-memory segment the peer
- * already removed) usually has its cause on the star:
- * the rank at its other end failed and said why there before it closed its sockets, or the
- * root said so for it. That notice went out first but on another connection, so wait a
- * little for it; the message then starts with the cause and keeps what this rank saw. */
+ * already removed) usually has its cause on the star: the rank at its other end failed and
+ * said why there before it closed its sockets, or the root said so for it. That notice went
+ * out first but on another connection, so a connection the peer broke (RING_ERR_PEER,
+ * RING_ERR_PROTOCOL) waits a little for it; an error of this rank's own system calls looks
+ * once (waiting there would only hold back this rank's own notice to the others). The message
+ * then starts with the cause and keeps what this rank saw. */
 #define INIT_CAUSE_NS (300LL * 1000000LL)
 static ring_result_t init_cause(ring_comm_t *comm, ring_result_t rc)
 {
     if (comm->watch_started || !comm->bs) return rc;
     char seen[RING__ERRMSG_MAX];
     snprintf(seen, sizeof seen, "%s", comm->errmsg);
-    const int64_t until = ring__now_ns() + INIT_CAUSE_NS;
-    do {
+    const int64_t until = ring__now_ns() + (rc == RING_ERR_PEER || rc == RING_ERR_PROTOCOL ? INIT_CAUSE_NS : 0);
+    for (;;) {
         ring_result_t c = ring__watch_init_check(comm, "connecting to peers");
         if (c != RING_OK) {
             char cause[RING__ERRMSG_MAX];
             snprintf(cause, sizeof cause, "%s", comm->errmsg);
             return ring__seterr(comm, c, "%.600s (this rank saw: %.400s)", cause, seen);
         }
+        if (ring__now_ns() >= until || atomic_load(&comm->aborted)) return rc;
         ring__nap_ns(1000000);
-    } while (ring__now_ns() < until && !atomic_load(&comm->aborted));
-    return rc;
+    }
 }
 
 ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, const int *from, int nfrom,

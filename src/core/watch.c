@@ -345,8 +345,9 @@ static ring_result_t star_look(ring_comm_t *comm, int fd, int r, short revents, 
         off += (size_t)used;
     }
     if (!(revents & (POLLRDHUP | POLLHUP | POLLERR)) || bye) return RING_OK;
-    return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died during init", what, r, comm->peers[r].host,
-                        comm->peers[r].pid);
+    /* It may have finished its own init: this rank's is what was going on. */
+    return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) died while this rank was in init (its bootstrap connection closed)",
+                        what, r, comm->peers[r].host, comm->peers[r].pid);
 }
 
 ring_result_t ring__watch_init_check(ring_comm_t *comm, const char *what)
