@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <signal.h>
 
 #include "bootstrap.h"
 #include "clear_env.h"
@@ -1748,4 +1750,56 @@ Test(pair, shm_peer_that_closed_after_its_last_publish_does_not_put_the_receiver
     cr_assert(done);
     cr_assert_str_eq(in, out);
     ring_comm_destroy(c[1]);
+}
+
+/*
+ * The sweep of left-behind segments (ring__shm_sweep) removes a file only when no process of
+ * its pid exists here AND nobody holds the file: a creator in another pid namespace (a
+ * container sharing /dev/shm) looks dead by its pid but holds its file (ring__shm_hold). Until
+ * 2026-11-29 the pid alone decided, and a job starting next to such a container removed a
+ * segment its peer had still to open.
+ */
+static int sweep_make(const char *dir, int pid, int n, int hold)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/ringcomm-%u-%d-0123456789abcdef-0-1-%d", dir, (unsigned)geteuid(), pid, n);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+    if (hold) ring__shm_hold(fd);
+    else close(fd);
+    return hold ? fd : -1;
+}
+
+static int sweep_has(const char *dir, int pid, int n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/ringcomm-%u-%d-0123456789abcdef-0-1-%d", dir, (unsigned)geteuid(), pid, n);
+    return access(path, F_OK) == 0;
+}
+
+Test(shm, sweep_removes_only_files_nobody_holds_of_pids_that_are_gone)
+{
+    char dir[] = "/tmp/ringcomm-sweep-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    int dead = 0;
+    for (int p = 4194000; p > 300000 && !dead; p--)
+        if (kill(p, 0) != 0 && errno == ESRCH) dead = p;
+    cr_assert(dead, "no free pid to stand for a dead (or unseen) creator");
+    int held_fd = sweep_make(dir, dead, 0, 1); /* alive elsewhere: holds its file */
+    sweep_make(dir, dead, 1, 0);               /* dead: nobody holds it */
+    sweep_make(dir, (int)getpid(), 2, 0);      /* its pid is alive here */
+    cr_assert_eq(ring__shm_sweep(dir), 0, "files a second old were swept (their creators may not hold them yet)");
+    usleep(2200 * 1000);
+    int removed = ring__shm_sweep(dir);
+    int held_kept = sweep_has(dir, dead, 0), dead_gone = !sweep_has(dir, dead, 1), live_kept = sweep_has(dir, (int)getpid(), 2);
+    close(held_fd);
+    int released_gone = ring__shm_sweep(dir) == 1 && !sweep_has(dir, dead, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/ringcomm-%u-%d-0123456789abcdef-0-1-2", dir, (unsigned)geteuid(), (int)getpid());
+    unlink(path);
+    rmdir(dir);
+    cr_assert(held_kept, "the sweep removed a file its (live, unseen) creator holds");
+    cr_assert(dead_gone && removed == 1, "the sweep left a dead creator's file (removed %d)", removed);
+    cr_assert(live_kept, "the sweep removed a file of a live pid");
+    cr_assert(released_gone, "once its creator let go, the file stayed");
 }

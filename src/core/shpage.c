@@ -132,6 +132,7 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
             goto fail;
         }
         made = 1;
+        ring__shm_hold(fd); /* until the name is gone (wait_opened), against other jobs' sweeps */
         /* All of it now: a full RING_SHM_DIR is an error (or, for an optional page, a refusal
          * every rank reads in the header) here, not a SIGBUS in a collective. */
         int e = posix_fallocate(fd, 0, (off_t)bytes);

@@ -16,7 +16,9 @@
  *  3. Both mapped: the connection is shared memory. Otherwise both keep the TCP connection
  *     (RING_TRANSPORT=auto, logged) or the rank that demanded shm fails (RING_TRANSPORT=shm).
  *  A segment is only left behind if its creator is killed between steps 1 and 2; the next
- *  communicator of the same user sweeps segments whose creator no longer exists.
+ *  communicator of the same user sweeps segments whose creator no longer exists. The creator
+ *  holds an open-file-description lock on the file until its name is gone (ring__shm_hold),
+ *  so that a live creator the sweep cannot see by its pid keeps it.
  *
  * The segment: a control page (header, tail counter, sleep flags, one 128-byte header per
  * slot), then nslots payload slots of slot_bytes each, page-aligned. It is one
@@ -67,6 +69,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -86,6 +89,9 @@
 #define MIN_SLOT (64 * (size_t)1024)
 #define MAX_SLOT (4 * (size_t)1024 * 1024)
 #define NAME_PREFIX "ringcomm-"
+/* Between a file's creation and its creator's hold on it lie microseconds; the sweep leaves
+ * younger files alone. */
+#define SWEEP_MIN_AGE_S 2
 
 /* A piece this small travels in its slot's header: up to LINE1_MAX bytes (a descriptor, a
  * descriptor with up to 8 bytes of data, src/collectives/rd.c) on the header's first cache
@@ -157,6 +163,7 @@ typedef struct up {
     char path[PATH_MAX];
     char *seg;
     size_t seg_bytes;
+    int hold_fd; /* sender: the segment's fd and its hold, until the name is gone, or -1 */
     /* The segment's geometry as checked: the header stays writable by the peer, so what is
      * used is this copy, not what the header says later. */
     uint32_t nslots;
@@ -197,6 +204,7 @@ static void up_free(up *u)
     if (u->seg) munmap(u->seg, u->seg_bytes);
     /* A sender that gives up before the receiver mapped the segment removes it itself. */
     if (u->is_send && u->path[0]) unlink(u->path);
+    if (u->hold_fd >= 0) close(u->hold_fd);
     free(u);
 }
 
@@ -267,6 +275,7 @@ static void make_segment(shm_ctx *ctx, up *u)
         e = errno;
         if (fd < 0 && e != EEXIST) break;
     }
+    if (fd >= 0) ring__shm_hold(fd);
     memset(u->msg, 0, sizeof u->msg);
     ring__put32(u->msg, OFFER_MAGIC);
     if (fd < 0) {
@@ -287,7 +296,7 @@ static void make_segment(shm_ctx *ctx, up *u)
         say(u->reason, sizeof u->reason, "cannot map %zu bytes of %s: %s", total, u->path, strerror(errno));
         goto decline;
     }
-    close(fd);
+    u->hold_fd = fd; /* closed once the name is gone (up_free) */
     u->seg_bytes = total;
     seg_ctl *h = (seg_ctl *)u->seg;
     h->magic = SEG_MAGIC;
@@ -436,6 +445,7 @@ static ring_result_t shm_upgrade(void *vctx, void *base, int peer, int is_send, 
         u->is_send = is_send;
         u->base = base;
         u->fd = ring__tcp_conn_fd(base);
+        u->hold_fd = -1;
         u->state = S_START;
         u->next = ctx->ups;
         ctx->ups = u;
@@ -809,6 +819,19 @@ ring_result_t ring__shm_forced_result(void *vctx)
     return ring__seterr(ctx->comm, ctx->forced_rc, "%s", ctx->forced_msg);
 }
 
+void ring__shm_hold(int fd)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) { /* no OFD locks (before Linux 3.15): the pid alone decides */ }
+}
+
+/* Another process holds fd's file: its creator, alive (ring__shm_hold). */
+static int held(int fd)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    return fcntl(fd, F_OFD_SETLK, &fl) != 0 && (errno == EAGAIN || errno == EACCES);
+}
+
 int ring__shm_sweep(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -820,11 +843,20 @@ int ring__shm_sweep(const char *dir)
         unsigned uid;
         int pid;
         if (sscanf(e->d_name, NAME_PREFIX "%u-%d-", &uid, &pid) != 2 || uid != me || pid <= 0) continue;
+        /* No such pid here is not proof of death: a creator in another pid namespace (a
+         * container sharing /dev/shm) or on another host (a shared RING_SHM_DIR) is alive and
+         * holds its file; only a file nobody holds goes. */
         if (kill(pid, 0) == 0 || errno != ESRCH) continue;
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) continue;
         struct stat st;
-        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == me && unlink(path) == 0) removed++;
+        /* Made in the last SWEEP_MIN_AGE_S seconds: its creator may not hold it yet. */
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == me &&
+            time(NULL) - st.st_ctim.tv_sec >= SWEEP_MIN_AGE_S && !held(fd) && unlink(path) == 0)
+            removed++;
+        close(fd);
     }
     closedir(d);
     return removed;

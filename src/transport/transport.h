@@ -149,8 +149,13 @@ int ring__tcp_take_fd(void *conn);
  * be raised once the handshakes in progress are over; RING_OK otherwise. */
 ring_result_t ring__shm_forced_result(void *shm_ctx);
 /* Remove shared-memory segments in dir left by ringcomm processes of this user that no longer
- * exist (killed between creating a segment and its peer mapping it). Returns how many. */
+ * exist (killed between creating a segment and its peer mapping it): no process of that pid
+ * here, and none holding the file (ring__shm_hold). Returns how many. */
 int ring__shm_sweep(const char *dir);
+/* The creator of a file in RING_SHM_DIR holds it (an open-file-description write lock on fd)
+ * for as long as fd stays open: the sweep leaves it alone, whatever pid namespace or host the
+ * creator runs in. */
+void ring__shm_hold(int fd);
 
 /*
  * The TCP transport's wire checks, pure functions so that tests and fuzzers can drive them.
