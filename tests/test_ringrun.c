@@ -356,6 +356,16 @@ static void assert_stderr_has(const run_t *r, const char *needle)
     cr_assert(strstr(r->b[1].d, needle), "stderr lacks \"%s\":\n%.4000s", needle, r->b[1].d);
 }
 
+/* out must hold the whole line: "[r] text" followed by a newline. */
+static void assert_stdout_line(const run_t *r, const char *line)
+{
+    const char *d = r->b[0].d ? r->b[0].d : "";
+    size_t n = strlen(line);
+    for (const char *p = d; (p = strstr(p, line)); p++)
+        if ((p == d || p[-1] == '\n') && p[n] == '\n') return;
+    cr_assert_fail("stdout lacks the line \"%s\":\n%.4000s", line, d);
+}
+
 #define CHILD env_path("RING_TEST_RINGRUN_CHILD")
 #define RR_TEST(name) Test(ringrun, name, .timeout = 15, .fini = kill_leftovers)
 
@@ -852,7 +862,8 @@ RR_TEST(ctrl_c_in_a_terminal_reaches_each_rank_once_and_ringrun_dies_of_it)
  * when the rank feels like it (it used to run on to its own end). */
 RR_TEST(timeout_still_ends_a_job_whose_ranks_ignore_a_forwarded_signal)
 {
-    const char *args[] = {"-n", "2", "--timeout", "2", CHILD, "nointr", "10", NULL};
+    /* --timeout 1: well before the 2 s kill grace that the forwarded SIGINT arms. */
+    const char *args[] = {"-n", "2", "--timeout", "1", CHILD, "nointr", "10", NULL};
     run_t r;
     pid_t pids[2];
     start_run(&r, args, NULL, NULL);
@@ -860,7 +871,7 @@ RR_TEST(timeout_still_ends_a_job_whose_ranks_ignore_a_forwarded_signal)
     cr_assert_eq(kill(r.pid, SIGINT), 0);
     finish_run(&r, 12);
     double took = r.t_end - r.t0;
-    cr_assert(took < 5.0, "took %.2f s with --timeout 2; stderr:\n%s", took, r.b[1].d);
+    cr_assert(took < 5.0, "took %.2f s with --timeout 1; stderr:\n%s", took, r.b[1].d);
     assert_stderr_has(&r, "ringrun: timeout");
     check_died_of(&r, SIGINT);
     assert_all_dead(pids, 2);
@@ -930,3 +941,67 @@ RR_TEST(second_sigint_kills)
     assert_all_dead(pids, 3);
     free_run(&r);
 }
+
+static bool stdout_has_n(run_t *r, void *arg)
+{
+    const char **a = arg; /* {needle, count as string} */
+    int want = atoi(a[1]), got = 0;
+    for (const char *p = r->b[0].d; p && (p = strstr(p, a[0])); p++) got++;
+    return got >= want;
+}
+
+/* SIGUSR1 and SIGUSR2 are passed to the ranks, not a reason to stop: Slurm's --signal=USR1@60
+ * warns a job before its time limit so that it can checkpoint. ringrun used to die of the
+ * signal's default action, and its ranks with it (PR_SET_PDEATHSIG). */
+RR_TEST(sigusr1_and_sigusr2_are_forwarded_without_teardown)
+{
+    const char *script = "trap 'echo got USR1' USR1; trap 'echo got USR2; exit 0' USR2; "
+                         "echo ready pid=$$; while :; do sleep .05; done";
+    const char *args[] = {"-n", "2", "/bin/sh", "-c", script, NULL};
+    run_t r;
+    pid_t pids[2];
+    start_run(&r, args, NULL, NULL);
+    wait_ready(&r, 2, pids);
+    cr_assert_eq(kill(r.pid, SIGUSR1), 0);
+    const char *usr1[] = {"got USR1", "2"};
+    cr_assert(pump_until(&r, now_s() + 3, stdout_has_n, usr1), "SIGUSR1 not forwarded to both ranks; status 0x%x\nstdout:\n%s\nstderr:\n%s",
+              try_reap(&r) ? r.status : 0, r.b[0].d ? r.b[0].d : "", r.b[1].d ? r.b[1].d : "");
+    assert_stdout_line(&r, "[0] got USR1");
+    assert_stdout_line(&r, "[1] got USR1");
+    sleep_s(0.3);
+    cr_assert(!try_reap(&r), "ringrun exited after SIGUSR1 (status 0x%x); stderr:\n%s", r.status, r.b[1].d ? r.b[1].d : "");
+    for (int i = 0; i < 2; i++) cr_assert(!pid_dead(pids[i]), "rank %d died after SIGUSR1", i);
+    cr_assert_eq(kill(r.pid, SIGUSR2), 0);
+    finish_run(&r, 5);
+    cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
+    assert_stdout_line(&r, "[0] got USR2");
+    assert_stdout_line(&r, "[1] got USR2");
+    cr_assert(!strstr(r.b[1].d, "terminat") && !strstr(r.b[1].d, "kill"), "teardown after SIGUSR1/2:\n%s", r.b[1].d);
+    assert_all_dead(pids, 2);
+    free_run(&r);
+}
+
+/* Ranks that ignore a forwarded SIGTERM get the same SIGKILL after the grace period as after a
+ * failed rank; ringrun used to wait for them forever. */
+static void forwarded_signal_ignored(int sig)
+{
+    const char *script = "trap '' TERM INT HUP; echo ready pid=$$; while :; do sleep .05; done";
+    const char *args[] = {"-n", "2", "/bin/sh", "-c", script, NULL};
+    run_t r;
+    pid_t pids[2];
+    start_run(&r, args, NULL, NULL);
+    wait_ready(&r, 2, pids);
+    double t = now_s();
+    cr_assert_eq(kill(r.pid, sig), 0);
+    finish_run(&r, 6);
+    double took = r.t_end - t;
+    cr_assert(took > 1.5 && took < 4.0, "ringrun stopped %.2f s after signal %d (grace: 2 s); stderr:\n%s", took, sig, r.b[1].d);
+    check_died_of(&r, sig);
+    assert_stderr_has(&r, "ringrun: ranks 0 1 still running");
+    assert_all_dead(pids, 2);
+    free_run(&r);
+}
+
+RR_TEST(sigkill_after_grace_when_a_forwarded_sigterm_is_ignored) { forwarded_signal_ignored(SIGTERM); }
+
+RR_TEST(sigkill_after_grace_when_a_forwarded_sigint_is_ignored) { forwarded_signal_ignored(SIGINT); }

@@ -12,7 +12,9 @@
  * 20 us from run to run unbound, and stayed at 8.5 us bound.
  *
  * Teardown (docs/launch.md): a signal is forwarded once, unless the terminal sent it to the
- * whole foreground group and so to the ranks already; the timeout and the kill after the grace
+ * whole foreground group and so to the ranks already, and ranks still running KILL_GRACE_S
+ * later are killed; SIGUSR1 and SIGUSR2 are only passed on (Slurm's --signal=USR1@T
+ * checkpoint warning); the timeout and the kill after the grace
  * period are served even inside a write to a stalled reader; ringrun is the subreaper of what
  * the ranks start, so a torn-down job leaves nothing running.
  */
@@ -97,7 +99,12 @@ static char notes[2048];
 static size_t notes_len;
 
 static int sig_pipe[2] = {-1, -1};
+/* Forwarded to the ranks and the end of the job. */
 static const int fwd_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+/* Passed on to the ranks and nothing more: the job goes on (Slurm's --signal=USR1@60 warning
+ * before the time limit, for a checkpoint). Their default action would kill ringrun, and the
+ * ranks with it through PR_SET_PDEATHSIG. */
+static const int pass_sigs[] = {SIGUSR1, SIGUSR2};
 static bool sig_installed[NSIG];
 static struct sigaction orig_sigpipe;
 static sigset_t orig_mask;
@@ -365,6 +372,8 @@ static const char *sig_name(int sig)
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
     case SIGHUP: return "SIGHUP";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
     default: return strsignal(sig);
     }
 }
@@ -391,13 +400,17 @@ static void install_signals(void)
     sa.sa_sigaction = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_SIGINFO;
-    for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) {
+    int handled[sizeof fwd_sigs / sizeof fwd_sigs[0] + sizeof pass_sigs / sizeof pass_sigs[0]];
+    size_t nhandled = 0;
+    for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) handled[nhandled++] = fwd_sigs[i];
+    for (size_t i = 0; i < sizeof pass_sigs / sizeof pass_sigs[0]; i++) handled[nhandled++] = pass_sigs[i];
+    for (size_t i = 0; i < nhandled; i++) {
         struct sigaction old;
-        sigaction(fwd_sigs[i], NULL, &old);
+        sigaction(handled[i], NULL, &old);
         /* Honour nohup and background shells: a signal ignored at startup stays ignored, for the ranks too. */
         if (old.sa_handler == SIG_IGN) continue;
-        sigaction(fwd_sigs[i], &sa, NULL);
-        sig_installed[fwd_sigs[i]] = true;
+        sigaction(handled[i], &sa, NULL);
+        sig_installed[handled[i]] = true;
     }
     sa.sa_flags = SA_RESTART | SA_SIGINFO | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL);
@@ -413,7 +426,7 @@ static void install_signals(void)
     sigset_t un;
     sigemptyset(&un);
     sigaddset(&un, SIGCHLD);
-    for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) sigaddset(&un, fwd_sigs[i]);
+    for (size_t i = 0; i < nhandled; i++) sigaddset(&un, handled[i]);
     sigprocmask(SIG_UNBLOCK, &un, NULL);
 }
 
@@ -640,8 +653,17 @@ static void signal_job(int sig, bool from_tty)
     signal_orphans(sig, from_tty);
 }
 
-/* Signals ringrun got, in order. The first is forwarded (unless the terminal already sent it
- * to the ranks) and, if nothing else failed first, becomes the job's end; a second kills. */
+static bool is_pass_sig(int sig)
+{
+    for (size_t i = 0; i < sizeof pass_sigs / sizeof pass_sigs[0]; i++)
+        if (pass_sigs[i] == sig) return true;
+    return false;
+}
+
+/* Signals ringrun got, in order. SIGUSR1/SIGUSR2 are passed to the ranks and change nothing
+ * else. Of the others, the first is forwarded (unless the terminal already sent it to the ranks),
+ * arms the kill after the grace period and, if nothing else failed first, becomes the job's
+ * end; a second kills. */
 static void take_signals(void)
 {
     unsigned char sigs[64];
@@ -651,6 +673,12 @@ static void take_signals(void)
             int sig = sigs[i] & 0x7f;
             bool tty = sigs[i] & 0x80;
             if (sig == SIGCHLD) continue;
+            if (is_pass_sig(sig)) {
+                /* The ranks only: what they left behind did not ask for it, and may die of it. */
+                for (int r = 0; r < nranks; r++)
+                    if (ranks[r].running && !skip_for_tty(ranks[r].pid, tty)) kill(ranks[r].pid, sig);
+                continue;
+            }
             if (++nsig > 1) {
                 signal_job(SIGKILL, false);
                 orphan_sig = SIGKILL;
@@ -661,12 +689,16 @@ static void take_signals(void)
                 cause_sig = sig;
             }
             if (tty) {
-                note("got %s from the terminal, which sent it to the ranks too (send again to kill them)", sig_name(sig));
+                note("got %s from the terminal, which sent it to the ranks too (killing them in %g s, or at once if sent again)",
+                     sig_name(sig), KILL_GRACE_S);
             } else {
-                note("got %s; forwarding it to the ranks (send again to kill them)", sig_name(sig));
+                note("got %s; forwarding it to the ranks (killing them in %g s, or at once if sent again)", sig_name(sig),
+                     KILL_GRACE_S);
                 if (!orphan_sig) orphan_sig = sig;
             }
             signal_job(sig, tty);
+            /* Ranks that ignore it must not keep the job (and ringrun) alive forever. */
+            if (!t_kill && nrunning > 0) t_kill = now_s() + KILL_GRACE_S;
         }
     }
 }
@@ -695,6 +727,24 @@ static void check_timers(double now)
     }
     if (t_kill && now >= t_kill) {
         t_kill = 0;
+        if (nrunning > 0) {
+            /* Name them (the first few): they are the ones that ignore or hang in teardown. */
+            char list[160];
+            size_t len = 0;
+            int shown = 0;
+            list[0] = '\0';
+            for (int r = 0; r < nranks; r++) {
+                if (!ranks[r].running) continue;
+                if (shown == 16 || len + 16 >= sizeof list) {
+                    snprintf(list + len, sizeof list - len, " ...");
+                    break;
+                }
+                len += (size_t)snprintf(list + len, sizeof list - len, " %d", r);
+                shown++;
+            }
+            note("rank%s%s still running %g s into teardown; killing %s (SIGKILL)", nrunning == 1 ? "" : "s", list,
+                 KILL_GRACE_S, nrunning == 1 ? "it" : "them");
+        }
         signal_job(SIGKILL, false);
         orphan_sig = SIGKILL;
     }
