@@ -305,6 +305,20 @@ Test(param, env_bootstrap_order)
 
     setenv("RING_RANK", "2", 1); /* out of range for 2 ranks */
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+
+    /* Half a row is an error naming both variables, not a reason to take the next launcher's
+     * (RING_RANK without RING_NRANKS inside a Slurm allocation ran as "rank 0 of 1"). */
+    setenv("RING_RANK", "1", 1);
+    unsetenv("RING_NRANKS");
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_RANK is set") && strstr(ring_comm_last_error(NULL), "RING_NRANKS"),
+              "%s", ring_comm_last_error(NULL));
+    unsetenv("RING_RANK");
+    unsetenv("WORLD_SIZE");
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG, "RANK without WORLD_SIZE");
+    cr_assert(strstr(ring_comm_last_error(NULL), "WORLD_SIZE"), "%s", ring_comm_last_error(NULL));
     clear_env();
 }
 

@@ -388,7 +388,14 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
     memset(eb, 0, sizeof *eb);
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
         const char *r = getenv(sources[i].rank), *n = getenv(sources[i].size);
-        if (!r || !*r || !n || !*n) continue; /* empty is unset, as for every RING_* variable */
+        int has_r = r && *r, has_n = n && *n; /* empty is unset, as for every RING_* variable */
+        /* Half a row is a mistake, not a reason to ask the next launcher: RING_RANK without
+         * RING_NRANKS inside an allocation used to run as Slurm's "rank 0 of 1", alone. */
+        if (has_r != has_n)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                "ring_comm_init_env: %s is set (%s) but %s is not: set both, or neither", has_r ? sources[i].rank : sources[i].size,
+                                sources[i].source, has_r ? sources[i].size : sources[i].rank);
+        if (!has_r) continue;
         eb->source = sources[i].source;
         RING_CHECK(need_int(sources[i].size, eb->source, 1, 1 << 20, &eb->nranks));
         RING_CHECK(need_int(sources[i].rank, eb->source, 0, eb->nranks - 1, &eb->rank));
