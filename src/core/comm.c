@@ -475,6 +475,7 @@ static ring_result_t plan_placement(ring_comm_t *comm)
     RING_CHECK(ring__topo_req_init(comm, topo, &req));
     req.nic_spec = comm->params.ifname[0] ? comm->params.ifname : NULL;
     const char *src = ring__topo_env_local_rank(&req.local_rank, &req.nlocal);
+    req.local_unknown = !src && comm->nranks > 1;
     RING_CHECK(ring__topo_plan(comm, topo, &req, comm->plan));
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: local rank %d of %d (%s)", req.local_rank, req.nlocal,
              src ? src : "no launcher variables");

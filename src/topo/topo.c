@@ -685,9 +685,19 @@ ring_result_t ring__topo_plan(ring_comm_t *comm, const ring__topo_t *t, const ri
                  req->local_rank, req->nlocal);
     }
 
+    /* Where this rank's place among its host's ranks is unknown, every rank of the host would
+     * take the same device and node: all the progress threads on one node's CPUs. No GPU and no
+     * launcher binding to go by, so nothing is placed (RING_BIND=force places anyway). */
+    static const char unknown[] = "this rank's place among the ranks of its host is unknown (no launcher's local "
+                                  "rank variables; RING_LOCAL_RANK and RING_LOCAL_SIZE give it)";
+    const int skip = req->local_unknown && req->bind == RING__BIND_AUTO && !launcher_bound && plan->gpu < 0 &&
+                     t->nnuma > 1;
+
     /* Buffers. */
     if (req->bind == RING__BIND_NONE)
         snprintf(plan->numa_why, sizeof plan->numa_why, "ordinary allocation (RING_BIND=none)");
+    else if (skip)
+        snprintf(plan->numa_why, sizeof plan->numa_why, "ordinary allocation: %s", unknown);
     else if (t->nnuma <= 1)
         snprintf(plan->numa_why, sizeof plan->numa_why, "ordinary allocation: one NUMA node, nothing to choose");
     else if (place_numa < 0)
@@ -707,6 +717,8 @@ ring_result_t ring__topo_plan(ring_comm_t *comm, const ring__topo_t *t, const ri
     ring__cpumask_and(&target, &target, &t->cpus);
     if (req->bind == RING__BIND_NONE) {
         snprintf(plan->cpus_why, sizeof plan->cpus_why, "not bound (RING_BIND=none)");
+    } else if (skip) {
+        snprintf(plan->cpus_why, sizeof plan->cpus_why, "not bound: %s", unknown);
     } else if (launcher_bound && req->bind == RING__BIND_AUTO) {
         plan->cpus = bound;
         snprintf(plan->cpus_why, sizeof plan->cpus_why,

@@ -154,6 +154,7 @@ typedef struct ring__topo_req {
     const char *hca_spec;   /* RING_IB_HCA, or NULL */
     int use_hca;            /* the transport is RDMA: choose among HCAs, not interfaces */
     int local_rank, nlocal; /* this rank's index among the ranks of its host, and their number */
+    int local_unknown;      /* 1: no launcher said them (0 of 1 stands in) and the job has more ranks */
 } ring__topo_req_t;
 
 /*

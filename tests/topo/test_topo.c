@@ -586,6 +586,21 @@ Test(topo, two_nics_follow_gpu_or_share_out)
     p = plan_of(t, &r);
     cr_assert_str_eq(nic(t, &p), "eth0");
 
+    /* No launcher said where this rank is among its host's: every rank would take eth0 and
+     * node 0, so neither buffers nor the thread are placed, unless RING_BIND=force. */
+    r = req_for(0, 1, NULL);
+    r.local_unknown = 1;
+    p = plan_of(t, &r);
+    cr_assert(p.numa == -1 && !p.bind, "numa %d bind %d", p.numa, p.bind);
+    cr_assert(strstr(p.numa_why, "RING_LOCAL_RANK") && strstr(p.cpus_why, "not bound"), "%s / %s", p.numa_why, p.cpus_why);
+    r.bind = RING__BIND_FORCE;
+    p = plan_of(t, &r);
+    cr_assert(p.numa >= 0 && p.bind, "RING_BIND=force places anyway: %s / %s", p.numa_why, p.cpus_why);
+    r = req_for(0, 1, "0000:d8:00.0");
+    r.local_unknown = 1;
+    p = plan_of(t, &r);
+    cr_assert_eq(numa_os(t, &p), 1, "a GPU still decides: %s", p.numa_why);
+
     /* A launcher binding on socket 1 picks socket 1's NIC and is kept. */
     r = req_for(0, 1, NULL);
     r.bound_known = 1;
