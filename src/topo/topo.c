@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "param.h"
 #include "net.h"
@@ -374,7 +376,12 @@ ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring
     req->bind = (ring__bind_mode_t)mode;
     req->nic_spec = getenv("RING_SOCKET_IFNAME");
     req->hca_spec = getenv("RING_IB_HCA");
-    if (t && t->have_hwloc && !t->from_file) req->bound_known = ring__cpumask_current(&req->bound) == 0;
+    if (t && t->have_hwloc && !t->from_file) {
+        req->bound_known = ring__cpumask_current(&req->bound) == 0;
+        /* MPOL_DEFAULT is 0; a system without the call (or a seccomp filter) has no policy to keep. */
+        int mode = 0;
+        if (syscall(SYS_get_mempolicy, &mode, NULL, 0UL, NULL, 0UL) == 0 && mode != 0) req->own_mempolicy = 1;
+    }
     return RING_OK;
 }
 
@@ -696,6 +703,10 @@ ring_result_t ring__topo_plan(ring_comm_t *comm, const ring__topo_t *t, const ri
     /* Buffers. */
     if (req->bind == RING__BIND_NONE)
         snprintf(plan->numa_why, sizeof plan->numa_why, "ordinary allocation (RING_BIND=none)");
+    else if (req->own_mempolicy && req->bind == RING__BIND_AUTO)
+        snprintf(plan->numa_why, sizeof plan->numa_why,
+                 "ordinary allocation: the process has a memory policy of its own (numactl --membind, srun "
+                 "--mem-bind; RING_BIND=force overrides it)");
     else if (skip)
         snprintf(plan->numa_why, sizeof plan->numa_why, "ordinary allocation: %s", unknown);
     else if (t->nnuma <= 1)

@@ -155,6 +155,8 @@ typedef struct ring__topo_req {
     int use_hca;            /* the transport is RDMA: choose among HCAs, not interfaces */
     int local_rank, nlocal; /* this rank's index among the ranks of its host, and their number */
     int local_unknown;      /* 1: no launcher said them (0 of 1 stands in) and the job has more ranks */
+    int own_mempolicy;      /* 1: the process has a memory policy of its own (numactl --membind,
+                             * srun --mem-bind): buffers are not placed over it */
 } ring__topo_req_t;
 
 /*

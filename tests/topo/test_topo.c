@@ -600,6 +600,14 @@ Test(topo, two_nics_follow_gpu_or_share_out)
     r.local_unknown = 1;
     p = plan_of(t, &r);
     cr_assert_eq(numa_os(t, &p), 1, "a GPU still decides: %s", p.numa_why);
+    /* A memory policy of the process's own (numactl --membind) is kept for the buffers. */
+    r.local_unknown = 0;
+    r.own_mempolicy = 1;
+    p = plan_of(t, &r);
+    cr_assert(p.numa == -1 && strstr(p.numa_why, "memory policy of its own"), "%s", p.numa_why);
+    r.bind = RING__BIND_FORCE;
+    p = plan_of(t, &r);
+    cr_assert_eq(numa_os(t, &p), 1, "RING_BIND=force places over it: %s", p.numa_why);
 
     /* A launcher binding on socket 1 picks socket 1's NIC and is kept. */
     r = req_for(0, 1, NULL);
