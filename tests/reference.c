@@ -529,7 +529,7 @@ static uint64_t sp_encode(ring_dtype_t dt, int kind, int neg, uint64_t u)
 /*
  * The cases. r1, r2 (and r3) are distinct ranks picked per element; "others" are the
  * remaining ranks, each drawing from the list given. Why each result is the same in every
- * order of combination (and with AVG's last addition rounded or not, see sp_fold):
+ * order of combination:
  *  NAN1, NAN2   NaN on r1 (and r2), others any non-NaN: NaN absorbs everything.
  *  INFS         +Inf on r1, -Inf on r2, others any non-NaN: the partial holding +Inf is +Inf
  *               or NaN, the one holding -Inf is -Inf or NaN; combined, NaN. MIN/MAX: -Inf, +Inf.
@@ -538,8 +538,8 @@ static uint64_t sp_encode(ring_dtype_t dt, int kind, int neg, uint64_t u)
  *               no zero, no underflow to zero (one subnormal times >= 1), so +-Inf.
  *  OVERFLOW     MAX (sign s) on r1 and r2 (and r3: float16 AVG), others MAX s, zeros, SUBS,
  *               SMALL: every partial holding a MAX stays within 16 of it, two give Inf s.
- *  MAX1         MAX on r1, others zeros, SUBS, SMALL (float16 AVG: zeros only, as the last
- *               addition of AVG is not rounded to float16): MAX absorbs the rest.
+ *  MAX1         MAX on r1, others zeros, SUBS, SMALL (float16 AVG: zeros only, chosen when the
+ *               library divided AVG's last sum unrounded, until 2026-11-29): MAX absorbs the rest.
  *  MAXCANCEL    +MAX on r1, -MAX on r2, others zeros: an exact cancellation, +0.
  *  NEGZERO      -0 on every rank.  ZEROMIX: -0 on r1, +0 on r2, others zeros (MIN/MAX: also
  *               values beyond zero, so that a zero of either sign is the result).
@@ -597,8 +597,8 @@ static sp_pos_t sp_pos(ring_dtype_t dt, ring_op_t op, int n, uint64_t seed, uint
         }
     }
     p.neg = (int)((h >> 63) & 1);
-    /* float16 AVG divides the last sum unrounded: two MAX there give MAX*2/n, not Inf, when
-     * the last addition adds them; with three, a partial holds two and is Inf already. */
+    /* Chosen when float16 AVG divided its last sum unrounded (until 2026-11-29: two MAX there
+     * gave MAX*2/n, not Inf); kept, so that the data stay what they were. */
     if (p.c == C_OVERFLOW && dt == RING_FLOAT16 && op == RING_AVG && n < 3) p.c = C_MAX1;
     return p;
 }
@@ -744,10 +744,10 @@ static uint64_t sp_narrow(double v, ring_dtype_t dt)
 
 /*
  * a op b as documented: IEEE arithmetic in float (double for float64) rounded to the element
- * type; MIN/MAX return a NaN from either side, and a when the two compare equal. div > 0: the
- * last step of AVG as the library does it, (a + b) / div in float, rounded once.
+ * type; MIN/MAX return a NaN from either side, and a when the two compare equal. AVG adds (its
+ * division is sp_avg's, on the rounded sum).
  */
-static uint64_t sp_step(uint64_t a, uint64_t b, ring_dtype_t dt, ring_op_t op, int div)
+static uint64_t sp_step(uint64_t a, uint64_t b, ring_dtype_t dt, ring_op_t op)
 {
     double x = sp_wide(a, dt), y = sp_wide(b, dt), r;
     int dbl = dt == RING_FLOAT64;
@@ -760,7 +760,6 @@ static uint64_t sp_step(uint64_t a, uint64_t b, ring_dtype_t dt, ring_op_t op, i
     case RING_PROD: r = dbl ? x * y : (double)((float)x * (float)y); break;
     default:
         r = dbl ? x + y : (double)((float)x + (float)y);
-        if (op == RING_AVG && div > 0) r = dbl ? r / (double)div : (double)((float)r / (float)div);
         break;
     }
     return sp_narrow(r, dt);
@@ -773,34 +772,31 @@ static uint64_t sp_avg(uint64_t sum, ring_dtype_t dt, int n)
     return sp_narrow(dt == RING_FLOAT64 ? x / (double)n : (double)((float)x / (float)n), dt);
 }
 
-static uint64_t sp_tree(const uint64_t *v, int lo, int hi, ring_dtype_t dt, ring_op_t op, int div)
+static uint64_t sp_tree(const uint64_t *v, int lo, int hi, ring_dtype_t dt, ring_op_t op)
 {
     if (hi - lo == 1) return v[lo];
     int mid = lo + (hi - lo) / 2;
-    uint64_t l = sp_tree(v, lo, mid, dt, op, 0), r = sp_tree(v, mid, hi, dt, op, 0);
-    return sp_step(l, r, dt, op, div);
+    return sp_step(sp_tree(v, lo, mid, dt, op), sp_tree(v, mid, hi, dt, op), dt, op);
 }
 
 /*
  * The reduction of v[0..n) in one order: ord = 0 ranks 0, 1, ..., 1 reversed, 2 starting at
- * rank `rot` (as a ring segment is), 3 a balanced tree (as recursive doubling). lib = 1:
- * AVG's last addition is divided unrounded (the library), 0: the rounded sum is divided.
+ * rank `rot` (as a ring segment is), 3 a balanced tree (as recursive doubling).
  */
-static uint64_t sp_fold(const uint64_t *v, int n, int rot, int ord, int lib, ring_dtype_t dt, ring_op_t op)
+static uint64_t sp_fold(const uint64_t *v, int n, int rot, int ord, ring_dtype_t dt, ring_op_t op)
 {
-    int div = lib && op == RING_AVG ? n : 0;
     uint64_t acc;
     if (ord == 3 && n > 1) {
-        acc = sp_tree(v, 0, n, dt, op, div);
+        acc = sp_tree(v, 0, n, dt, op);
     } else {
         int at = ord == 1 ? n - 1 : ord == 2 ? rot : 0;
         acc = v[at];
         for (int k = 1; k < n; k++) {
             int r = ord == 1 ? n - 1 - k : ord == 2 ? (rot + k) % n : k;
-            acc = sp_step(acc, v[r], dt, op, k == n - 1 ? div : 0);
+            acc = sp_step(acc, v[r], dt, op);
         }
     }
-    if (op == RING_AVG && (!lib || n == 1)) acc = sp_avg(acc, dt, n);
+    if (op == RING_AVG) acc = sp_avg(acc, dt, n);
     return acc;
 }
 
@@ -827,32 +823,27 @@ size_t ref_special_expect(void *out, unsigned char *how, size_t count, ring_dtyp
                 else pos0 = 1;
             }
         }
-        uint64_t want = sp_fold(v, nranks, p.r1, 0, 0, dt, op);
+        uint64_t want = sp_fold(v, nranks, p.r1, 0, dt, op);
         int m = bits_nan(want, dt) ? REF_MATCH_NAN
                 : minmax && (want & ~sb) == 0 && pos0 && neg0 ? REF_MATCH_ZERO
                                                               : REF_MATCH_BITS;
-        /* Every order and both readings of AVG must agree: else the case is ill-chosen. The
-         * first 4096 elements of each call are enough to catch that (the cases repeat). */
-        for (int ord = i < 4096 ? 0 : 4; ord < 4; ord++) {
-            for (int lib = 0; lib < 2; lib++) {
-                uint64_t alt = sp_fold(v, nranks, p.r1, ord, lib, dt, op);
-                int same = m == REF_MATCH_NAN ? bits_nan(alt, dt)
-                           : m == REF_MATCH_ZERO ? (alt & ~sb) == 0
-                                                 : alt == want;
-                if (same) continue;
-                if (!ambiguous++) {
-                    char a[96], b[96];
-                    unsigned char ea[8], eb[8];
-                    store_bits(ea, sz, want);
-                    store_bits(eb, sz, alt);
-                    ref_format_elem(a, sizeof a, ea, dt);
-                    ref_format_elem(b, sizeof b, eb, dt);
-                    snprintf(why, whylen, "element %zu (%s): %s in rank order, %s in order %d%s", first + i,
-                             case_names[p.c], a, b, ord, lib ? " with AVG's last sum unrounded" : "");
-                }
-                ord = 4;
-                break;
+        /* Every order must agree: else the case is ill-chosen. The first 4096 elements of each
+         * call are enough to catch that (the cases repeat). */
+        for (int ord = i < 4096 ? 1 : 4; ord < 4; ord++) {
+            uint64_t alt = sp_fold(v, nranks, p.r1, ord, dt, op);
+            int same = m == REF_MATCH_NAN ? bits_nan(alt, dt) : m == REF_MATCH_ZERO ? (alt & ~sb) == 0 : alt == want;
+            if (same) continue;
+            if (!ambiguous++) {
+                char a[96], b[96];
+                unsigned char ea[8], eb[8];
+                store_bits(ea, sz, want);
+                store_bits(eb, sz, alt);
+                ref_format_elem(a, sizeof a, ea, dt);
+                ref_format_elem(b, sizeof b, eb, dt);
+                snprintf(why, whylen, "element %zu (%s): %s in rank order, %s in order %d", first + i,
+                         case_names[p.c], a, b, ord);
             }
+            break;
         }
         store_bits(o + i * sz, sz, want);
         how[i] = (unsigned char)m;
