@@ -692,7 +692,14 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
         rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "eventfd");
         goto fail;
     }
-    if (nranks > 1) RING_CHECK(connect_ring(comm, root_addr));
+    if (nranks > 1) {
+        RING_CHECK(connect_ring(comm, root_addr));
+    } else {
+        /* One rank places nothing, but a RING_BIND typo must not pass here and fail the same
+         * job at two ranks: its value is checked as every other RING_* variable is. */
+        ring__topo_req_t req;
+        RING_CHECK(ring__topo_req_init(comm, NULL, &req));
+    }
     RING_CHECK(ring__watch_start(comm));
 
     sigset_t all, old;

@@ -177,6 +177,21 @@ Test(topo, bind_modes)
     cr_assert(r.local_rank == 0 && r.nlocal == 1 && !r.gpu_busid && !r.use_hca && !r.bound_known);
 }
 
+/* One rank places nothing, but its RING_BIND is checked all the same: a typo that passed at
+ * one rank would fail the same job at two. */
+Test(topo, one_rank_checks_ring_bind)
+{
+    ring_comm_t *c = NULL;
+    setenv("RING_BIND", "sometimes", 1);
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(c), "RING_BIND=\"sometimes\": expected auto, force or none"), "%s",
+              ring_comm_last_error(c));
+    cr_assert_eq(ring_comm_destroy(c), RING_OK);
+    setenv("RING_BIND", "force", 1);
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_eq(ring_comm_destroy(c), RING_OK);
+}
+
 Test(topo, busid_canon)
 {
     char out[20];
