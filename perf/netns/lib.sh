@@ -20,6 +20,7 @@
 #   bed_init [PREFIX]            # checks root/ip/tc, picks the prefix, removes leftovers
 #   bed_up N [RATE|""] [MTU]     # creates the bed (RATE "" = unshaped)
 #   bed_run OUTDIR TIMEOUT cmd.. # one rank per host with the RING_* bootstrap; 0 if all exit 0
+#                                # (BED_RUN_HOOK: a command run beside the ranks, see bed_run)
 #   bed_mpirun_init              # sets BED_MPIRUN (mpirun ... for the bed, run from host 0)
 #   bed_down                     # kills what runs in the bed, deletes the namespaces
 # Every function returns non-zero with a message on stderr on failure (set -e friendly).
@@ -39,6 +40,11 @@ BED_MTU=1500
 BED_DIR=""               # per-run scratch directory (agent script, hostfile)
 BED_SECRET=""
 BED_FAILED=()            # after bed_run: "rank:status" of ranks that did not exit 0
+BED_RUN_HOOK=()          # set by the caller: a command bed_run starts beside the ranks
+BED_HOOK_PID=""          # the hook while it runs (bed_down ends it too)
+BED_START_US=""          # after bed_run: when the ranks were started (EPOCHREALTIME, microseconds)
+BED_EXIT_US=()           # after bed_run: when rank i was seen gone (microseconds; 0.25 s polls)
+BED_STATUS=()            # after bed_run: rank i's exit status (128+signal when killed)
 BED_MPIRUN=()
 
 bed_err() { echo "netns bed: $*" >&2; }
@@ -214,14 +220,20 @@ bed_new_secret() {
 # otherwise talk through shared memory past the shaped links; stdout and stderr go to OUTDIR/rank<i>.out / .err. When a
 # rank fails, the others get 10 s to fail on their own (ring_perf aborts the communicator) and
 # are then killed; after TIMEOUT seconds everything is killed. Returns 0 if every rank exited 0,
-# 124 on timeout, 1 otherwise; BED_FAILED lists "rank:status" of the others.
+# 124 on timeout, 1 otherwise; BED_FAILED lists "rank:status" of the others, BED_STATUS[i] and
+# BED_EXIT_US[i] every rank's status and when it was seen gone (EPOCHREALTIME in microseconds,
+# found by polls 0.25 s apart; BED_START_US: the start).
+# Faults while the ranks run (tests/netns_faults.sh): when the array BED_RUN_HOOK is set,
+# bed_run starts "${BED_RUN_HOOK[@]}" in the background, in the root namespace (it reaches the
+# hosts with ip -n / tc -n), right after the ranks, with stdin from /dev/null; it is killed if
+# it still runs when the last rank has gone.
 bed_run() {
     local out=$1 timeout=$2 i rc ret=0 now start deadline grace=0 alive
     shift 2
     local -a pids=() st=()
     mkdir -p "$out"
     bed_new_secret
-    BED_FAILED=()
+    BED_FAILED=() BED_EXIT_US=() BED_STATUS=()
     for ((i = 0; i < BED_N; i++)); do
         ip netns exec "$(bed_ns_host "$i")" env RING_RANK="$i" RING_NRANKS="$BED_N" \
             RING_ROOT="$(bed_addr 0):$BED_PORT" RING_SECRET="$BED_SECRET" RING_SOCKET_IFNAME="$BED_IF" \
@@ -230,6 +242,11 @@ bed_run() {
         st[i]=""
     done
     start=${EPOCHREALTIME/[.,]/} deadline=$((SECONDS + timeout))
+    BED_START_US=$start
+    if ((${#BED_RUN_HOOK[@]})); then
+        "${BED_RUN_HOOK[@]}" </dev/null &
+        BED_HOOK_PID=$!
+    fi
     while :; do
         alive=0
         for ((i = 0; i < BED_N; i++)); do
@@ -240,6 +257,7 @@ bed_run() {
                 rc=0
                 { wait "${pids[i]}"; } 2>/dev/null || rc=$? # no "Killed" job notice
                 st[i]=$rc
+                BED_EXIT_US[i]=${EPOCHREALTIME/[.,]/}
                 if ((rc != 0)) && ((grace == 0)); then grace=$((SECONDS + 10)); fi
             fi
         done
@@ -255,6 +273,8 @@ bed_run() {
         fi
         sleep 0.25
     done
+    bed_stop_hook
+    BED_STATUS=("${st[@]}")
     now=$(((${EPOCHREALTIME/[.,]/} - start) / 100000))
     BED_ELAPSED=$((now / 10)).$((now % 10)) # seconds, one decimal
     local any=0
@@ -266,6 +286,14 @@ bed_run() {
     done
     ((ret == 124)) && return 124
     return $any
+}
+
+# End bed_run's hook if it still runs (bed_run's end, bed_down).
+bed_stop_hook() {
+    [[ -n $BED_HOOK_PID ]] || return 0
+    kill "$BED_HOOK_PID" 2>/dev/null || true
+    { wait "$BED_HOOK_PID"; } 2>/dev/null || true
+    BED_HOOK_PID=""
 }
 
 # Kill every process in the hosts (they are ours: ranks and whatever they started): TERM, then
@@ -333,9 +361,10 @@ AGENT
 
 # bed_down: kill what runs in the bed and delete it (idempotent; the EXIT trap calls it).
 bed_down() {
+    bed_stop_hook
     [[ -n $BED_PREFIX ]] || return 0
     bed_purge "$BED_PREFIX"
-        [[ -n $BED_DIR && -d $BED_DIR ]] && rm -rf "$BED_DIR"
+    [[ -n $BED_DIR && -d $BED_DIR ]] && rm -rf "$BED_DIR"
     BED_DIR=""
     return 0
 }
