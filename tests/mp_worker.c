@@ -1674,10 +1674,50 @@ static int scenario_initfail(uint64_t seed)
     return 0;
 }
 
+/* ---- mismatch: the ranks' calls differ (the harness gives some ranks other settings) ---- */
+
+/* One all-reduce of RING_TEST_COUNT float32 elements (the harness sets another count on some
+ * ranks): every rank must fail it with an error, not hang until RING_TIMEOUT_MS, and leaves
+ * err.<rank> = "<code> <milliseconds> <message>" for the harness to check. */
+static int scenario_mismatch(uint64_t seed)
+{
+    (void)seed;
+    const char *cs = getenv("RING_TEST_COUNT");
+    size_t count = cs && *cs ? strtoull(cs, NULL, 10) : 0;
+    if (!count) {
+        wlog("RING_TEST_COUNT is not set");
+        return EXIT_SETUP;
+    }
+    ring_comm_t *comm = init_comm_env();
+    float *buf = calloc(count, sizeof *buf);
+    if (!buf) {
+        wlog("out of memory for %zu elements", count);
+        ring_comm_destroy(comm);
+        return EXIT_SETUP;
+    }
+    double t0 = now_s();
+    ring_result_t rc = ring_allreduce(comm, buf, buf, count, RING_FLOAT32, RING_SUM);
+    double ms = (now_s() - t0) * 1e3;
+    char name[32], val[1300];
+    snprintf(name, sizeof name, "err.%d", g_rank);
+    snprintf(val, sizeof val, "%s %.0f %s\n", ring_result_name(rc), ms, rc == RING_OK ? "" : ring_comm_last_error(comm));
+    write_outfile(name, val);
+    wlog("allreduce(count=%zu): %s after %.0f ms", count, ring_result_name(rc), ms);
+    free(buf);
+    ring_comm_abort(comm);
+    ring_comm_destroy(comm);
+    write_checked(1);
+    if (rc == RING_OK) {
+        wlog("the all-reduce succeeded although the ranks' counts differ");
+        return EXIT_CHECK;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail [seed]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch [seed]\n", argv[0]);
         return EXIT_SETUP;
     }
     g_scenario = argv[1];
@@ -1696,6 +1736,7 @@ int main(int argc, char **argv)
         {"matrix", scenario_matrix},   {"float_random", scenario_float_random}, {"special", scenario_special}, {"threads", scenario_threads},
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
+        {"mismatch", scenario_mismatch},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

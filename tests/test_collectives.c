@@ -799,6 +799,42 @@ Test(collectives, tcp_settings_that_differ_fail_init_on_every_rank, .timeout = 1
     run_initfail_job(&job, "RING_NSOCKS differs between ranks");
 }
 
+/* ---- mismatched counts across the algorithm thresholds ---- */
+
+/*
+ * A count that puts some ranks on the ring and others on recursive doubling: the ring's ranks
+ * talk only to their ring neighbours, recursive doubling's first to partners that need not be
+ * ring neighbours. With the ranks of two stand-in hosts interleaved the ring order is 0 2 1 3,
+ * and no pair that met held both kinds of call: every rank waited out RING_TIMEOUT_MS and
+ * reported a timeout naming a rank that had entered. Every rank must get RING_ERR_MISMATCH
+ * naming both counts, long before the timeout (20 s here).
+ */
+Test(mismatch, counts_on_both_sides_of_the_ring_threshold_with_interleaved_hosts, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TRANSPORT=auto", "RING_TIMEOUT_MS=20000", "RING_TEST_COUNT=100000", NULL};
+    static const char *const odd[] = {"RING_TEST_COUNT=100", NULL};
+    job_t job = {.scenario = "mismatch", .nranks = 4, .seed = seed_for(0x3a04), .env = env, .env_odd = odd,
+                 .deadline_s = 60, .hosts = "a,b,a,b"};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    for (int r = 0; r < job.nranks; r++) {
+        char name[32], buf[1300] = "", code[64] = "";
+        double ms = -1;
+        snprintf(name, sizeof name, "err.%d", r);
+        int have = read_outfile(res.outdir, name, buf, sizeof buf);
+        if (have) sscanf(buf, "%63s %lf", code, &ms);
+        int ok = have && !strcmp(code, "RING_ERR_MISMATCH") && ms >= 0 && ms < 10000 && strstr(buf, "count=100000,") &&
+                 strstr(buf, "count=100,");
+        if (!ok) remove_outdir(res.outdir);
+        cr_assert(have, "rank %d left no result", r);
+        cr_assert(!strcmp(code, "RING_ERR_MISMATCH") && ms >= 0 && ms < 10000,
+                  "rank %d: expected RING_ERR_MISMATCH within 10 s (the timeout is 20 s): %s", r, buf);
+        cr_assert(ok, "rank %d's error does not name both counts: %s", r, buf);
+    }
+    remove_outdir(res.outdir);
+}
+
 /* ---- TCP congestion control (RING_TCP_CONGESTION) ---- */
 
 /* The first line of a /proc/sys file, or "" */

@@ -1971,6 +1971,25 @@ Test(mismatch, four_ranks_where_one_far_rank_differs, .timeout = 120)
     far_mismatch(100000, 100001, 0); /* the root itself differs */
 }
 
+/* A count that sends one rank to recursive halving and its neighbours to the ring (4 ranks over
+ * TCP, and over shared memory without the page): recursive halving's first partner is two ring
+ * positions away, so rank 3 waited for rank 1, which ran the ring and read only from rank 0,
+ * and rank 0 waited for rank 3's ring messages. Every rank timed out instead of failing with
+ * the mismatch. The other way round (one rank on recursive doubling) the same held wherever
+ * the ring order is not the rank order (hosts interleaved: test_collectives). */
+Test(mismatch, one_rank_on_recursive_halving_against_the_ring, .timeout = 120)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    far_mismatch(100000, 10000, 3);
+    far_mismatch(100000, 10000, 1);
+    far_mismatch(100000, 100, 2); /* recursive doubling: its first partner is a ring neighbour */
+    clear_env();
+    setenv("RING_SM_MAX_BYTES", "0", 1);
+    far_mismatch(100000, 5000, 3);
+    clear_env();
+}
+
 /* ================================================================================================
  * e. Timeout message, abort latency
  * ============================================================================================= */
