@@ -1058,6 +1058,12 @@ static ring_result_t tcp_check(void *vc)
         if (getsockopt(c->q[i].fd, SOL_SOCKET, SO_ERROR, &err, &l) == 0 && err)
             return conn_fail(c, RING_ERR_PEER, err, "connection failed with");
         int k = peek_refusal(c->q[i].fd);
+        /* The refusal word means something only on a one-way send socket, where the peer
+         * writes nothing else. Towards a receive view or a duplex bundle it is data: a piece
+         * of payload (on a socket other than its header's) may start with those 4 bytes, and
+         * taken for a word it kept POLLRDHUP asked for after the peer's close, and poll() from
+         * returning at once. */
+        if (k == PEEK_REFUSED && (!c->is_send || c->bundle)) k = PEEK_DATA;
         if (k == PEEK_CLOSED) {
             /* A neighbour that finished its part and destroyed its communicator closes
              * cleanly, one socket at a time, while its last bytes may still be queued on the
