@@ -1585,6 +1585,69 @@ Test(pair, tcp_peer_that_closes_after_unread_bytes_does_not_make_poll_spin, .tim
     clear_env();
 }
 
+typedef struct mm_arg {
+    ring_comm_t *comm;
+    ring__p2p_op_t ops[2];
+    int nops;
+    ring_result_t rc;
+    double ms;
+    char msg[RING__ERRMSG_MAX];
+} mm_arg;
+
+static void *mm_thread(void *v)
+{
+    mm_arg *a = v;
+    double t0 = now_ms();
+    a->rc = ring__p2p_run(a->comm, a->ops, a->nops);
+    a->ms = now_ms() - t0;
+    snprintf(a->msg, sizeof a->msg, "%s", a->rc == RING_OK ? "" : ring_comm_last_error(a->comm));
+    return NULL;
+}
+
+/* Two lengths on both sides of 64 KiB over 2 TCP sockets: the sender cuts its message by its
+ * length, the receiver by the length it posted, and a message of 64 KiB or more starts on
+ * socket (seq mod nsocks). The difference must still be RING_ERR_MISMATCH with both lengths,
+ * at once, whichever side is the larger and whatever the message's number: with the header on
+ * the socket of the first piece, a receiver that expected the larger message on socket 1 waited
+ * for a header that went to socket 0 until its timeout, and one that expected the smaller read
+ * the larger message's second piece as its header ("bad message magic"). */
+Test(pair, tcp_length_mismatch_across_64k_on_two_sockets_is_a_mismatch, .timeout = 120)
+{
+    static char sb[200000], rb[200000];
+    const size_t lens[2][2] = {{1000, 200000}, {200000, 1000}}; /* {sent, expected} */
+    for (int dir = 0; dir < 2; dir++)
+        for (int warm = 0; warm < 2; warm++) {
+            clear_env();
+            setenv("RING_TRANSPORT", "tcp", 1);
+            setenv("RING_NSOCKS", "2", 1);
+            setenv("RING_TIMEOUT_MS", "5000", 1);
+            ring_comm_t *c[2];
+            init_pair(&c[0], &c[1]);
+            /* An 8-byte message first, or not: the mismatched one is message 0 or 1. */
+            mm_arg a[2] = {{.comm = c[0]}, {.comm = c[1]}};
+            if (warm) {
+                a[0].ops[a[0].nops++] = (ring__p2p_op_t){.peer = 1, .is_send = 1, .buf = sb, .len = 8};
+                a[1].ops[a[1].nops++] = (ring__p2p_op_t){.peer = 0, .is_send = 0, .buf = rb, .len = 8};
+            }
+            a[0].ops[a[0].nops++] = (ring__p2p_op_t){.peer = 1, .is_send = 1, .buf = sb, .len = lens[dir][0]};
+            a[1].ops[a[1].nops++] = (ring__p2p_op_t){.peer = 0, .is_send = 0, .buf = rb, .len = lens[dir][1]};
+            pthread_t t[2];
+            for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, mm_thread, &a[r]);
+            for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+            char want[64];
+            snprintf(want, sizeof want, "is %zu bytes, this rank expected %zu", lens[dir][0], lens[dir][1]);
+            cr_log_info("sent %zu, expected %zu, message %d: %s after %.0f ms: %s", lens[dir][0], lens[dir][1], warm,
+                        ring_result_name(a[1].rc), a[1].ms, a[1].msg);
+            cr_assert_eq(a[1].rc, RING_ERR_MISMATCH, "sent %zu, expected %zu, message %d: %s after %.0f ms: %s",
+                         lens[dir][0], lens[dir][1], warm, ring_result_name(a[1].rc), a[1].ms, a[1].msg);
+            cr_assert(strstr(a[1].msg, want), "%s", a[1].msg);
+            cr_assert_lt(a[1].ms, 2000, "the mismatch took %.0f ms (timeout 5000 ms)", a[1].ms);
+            ring_comm_destroy(c[0]);
+            ring_comm_destroy(c[1]);
+        }
+    clear_env();
+}
+
 /* RING_ALGO=sm runs the all-reduce and the barrier through the shared page at every size
  * (docs/env.md), RING_RD_MAX_BYTES or not: the barrier used to fall back to recursive doubling
  * when RING_RD_MAX_BYTES was set. Under auto, a set RING_RD_MAX_BYTES keeps both on it. */

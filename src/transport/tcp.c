@@ -22,10 +22,13 @@
  * the bundle as made only on "RGDA".
  *
  * On the wire, message m is a 16-byte header  magic "RGMS" | m mod 2^32 | length (u64)
- on socket s = (m mod nsocks), followed by the payload cut into at most nsocks pieces of at
- * least 64 KiB, piece j on socket ((s + j) mod nsocks); messages under 64 KiB use s = 0. Both
- * sides derive the same cut from the length, which the receiver knows (lengths must match
- * exactly; the header is checked before the message completes).
+ * on socket 0, and its payload cut into at most nsocks pieces (of at least 64 KiB unless the
+ * whole message is shorter), piece j on socket ((s + j) mod nsocks) with s = (m mod nsocks),
+ * and s = 0 for messages under 64 KiB. Both sides derive the same cut from the length, which
+ * the receiver knows (lengths must match exactly; the header is checked before the message
+ * completes). The header's socket does not depend on the length, so a receiver that posted
+ * another length still reads the sender's header where it looks for its own, and reports the
+ * difference at once.
  *
  * Congestion control (RING_TCP_CONGESTION, cc_init): chosen per socket before its handshake,
  * on the connecting socket and on the listener, whose algorithm accepted sockets inherit.
@@ -900,13 +903,18 @@ static ring_result_t post(void *vc, void *buf, size_t len, void **rp)
     /* Small messages stay on socket 0, so a burst of them (descriptor, small collectives)
      * leaves in one sendmsg; only messages worth splitting rotate their first socket. */
     int start = len < MIN_PIECE ? 0 : (int)(r->seq % (uint32_t)c->nsocks);
-    for (size_t j = 0; j < RING__MAX(npieces, (size_t)1); j++)
-        if (c->q[(start + (int)j) % c->nsocks].peer_closed)
-            return c->failed = ring__seterr(c->ctx->comm, RING_ERR_PEER,
-                                            "tcp: %s closed its connection (it exited or destroyed its communicator) "
-                                            "but this rank still has messages for it", c->desc);
+    int closed = c->q[0].peer_closed;
+    for (size_t j = 0; j < npieces; j++) closed |= c->q[(start + (int)j) % c->nsocks].peer_closed;
+    if (closed)
+        return c->failed = ring__seterr(c->ctx->comm, RING_ERR_PEER,
+                                        "tcp: %s closed its connection (it exited or destroyed its communicator) "
+                                        "but this rank still has messages for it", c->desc);
     r->pending = 1 + (int)npieces;
-    int err = q_push(&c->q[start], (char *)r->hdr, HDR_LEN, r, 1);
+    /* The header on socket 0 whatever the length: with it on the first piece's socket, which
+     * depends on the length, a receiver that posted a length on the other side of 64 KiB
+     * looked for it on another socket than it was sent on, and waited out its timeout or read
+     * payload as a header, instead of RING_ERR_MISMATCH. */
+    int err = q_push(&c->q[0], (char *)r->hdr, HDR_LEN, r, 1);
     size_t off = 0;
     for (size_t j = 0; j < npieces && !err; j++) {
         size_t plen = len / npieces + (j < len % npieces);
