@@ -446,7 +446,7 @@ static void data_hs_build(unsigned char h[RING__TCP_HS_LEN], uint32_t magic, con
                           int nsocks, uint32_t rank, uint32_t idx)
 {
     ring__put32(h, magic);
-    ring__put32(h + 4, 1u | (uint32_t)nsocks << 16);
+    ring__put32(h + 4, RING__TCP_VERSION | (uint32_t)nsocks << 16);
     memcpy(h + 8, secret, 16);
     ring__put32(h + 24, rank);
     ring__put32(h + 28, idx);

@@ -55,7 +55,6 @@
 
 #define HS_MAGIC 0x52474448u  /* "RGDH" */
 #define MSG_MAGIC 0x52474d53u /* "RGMS" */
-#define TCP_VERSION 1u
 #define HS_LEN 40
 #define HS_DUPLEX_SHIFT 24 /* bit of the version word: the sender made this socket for a duplex bundle */
 #define ACK_MAGIC 0x52474441u  /* "RGDA": a duplex socket taken by the higher rank */
@@ -472,7 +471,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
         for (int i = 0; i < pc->nsocks; i++) {
             unsigned char *h = pc->hs[i];
             ring__put32(h, HS_MAGIC);
-            ring__put32(h + 4, TCP_VERSION | (uint32_t)pc->nsocks << 16 | (uint32_t)duplex << HS_DUPLEX_SHIFT);
+            ring__put32(h + 4, RING__TCP_VERSION | (uint32_t)pc->nsocks << 16 | (uint32_t)duplex << HS_DUPLEX_SHIFT);
             memcpy(h + 8, comm->params.secret, 16);
             ring__put32(h + 24, (uint32_t)comm->rank);
             ring__put32(h + 28, (uint32_t)i);
@@ -691,7 +690,7 @@ const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16],
     *rank = ring__get32(h + 24);
     *idx = ring__get32(h + 28);
     if (ring__get32(h) != HS_MAGIC) return "not a ringcomm data connection (bad magic)";
-    if ((ver & 0xffff) != TCP_VERSION) return "protocol version differs";
+    if ((ver & 0xffff) != RING__TCP_VERSION) return "protocol version differs";
     if (!ring__secret_equal(h + 8, secret, 16)) return "wrong job secret";
     if (ring__get64(h + 32) != nonce) return "belongs to another job instance";
     if (((ver >> 16) & 0xff) != (uint32_t)nsocks) return "RING_NSOCKS differs between ranks";

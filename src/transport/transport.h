@@ -166,6 +166,9 @@ void ring__shm_hold(int fd);
  * hdr_check: a 16-byte message header against the expected sequence number and length;
  * 0 good, 1 bad magic, 2 wrong sequence, 3 wrong length.
  */
+/* The data protocol's version, in the handshake: ranks of builds that frame messages
+ * differently refuse each other there. 2 since 2026-11-29: every header on socket 0. */
+#define RING__TCP_VERSION 2u
 #define RING__TCP_HS_LEN 40
 #define RING__TCP_HDR_LEN 16
 const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16], uint64_t nonce, int nsocks,

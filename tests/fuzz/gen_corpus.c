@@ -25,10 +25,10 @@
 #include "watch.h"
 #include "wire.h"
 
-/* tcp.c builds its handshake inline, so its constants are repeated here ("RGDH", "RGMS"). */
+/* tcp.c builds its handshake inline, so its magic numbers are repeated here ("RGDH", "RGMS");
+ * the version is transport.h's RING__TCP_VERSION. */
 #define HS_MAGIC 0x52474448u
 #define MSG_MAGIC 0x52474d53u
-#define TCP_VERSION 1u
 
 static const char *outdir;
 static int failures;
@@ -225,7 +225,7 @@ static wire_seed wire_valid(void)
     wire_seed s = {.flags = 0, .nsocks = 2, .nranks = 4, .myrank = 0, .nonce = 0x1122334455667788ull,
                    .want_seq = 7, .want_len = 4096};
     ring__put32(s.hs, HS_MAGIC);
-    ring__put32(s.hs + 4, TCP_VERSION | (uint32_t)s.nsocks << 16);
+    ring__put32(s.hs + 4, RING__TCP_VERSION | (uint32_t)s.nsocks << 16);
     memcpy(s.hs + 8, fuzz_secret, 16);
     ring__put32(s.hs + 24, 3);
     ring__put32(s.hs + 28, 1);
@@ -276,16 +276,16 @@ static void gen_tcp_wire(void)
     s.hdr[0] ^= 1;
     wire_seed_put("bad_magics", &s, 0, 0);
     s = v;
-    ring__put32(s.hs + 4, 2u | (uint32_t)s.nsocks << 16);
-    wire_seed_put("version_2", &s, 0, 1);
+    ring__put32(s.hs + 4, (RING__TCP_VERSION + 1) | (uint32_t)s.nsocks << 16);
+    wire_seed_put("version_next", &s, 0, 1);
     s = v;
-    ring__put32(s.hs + 4, TCP_VERSION | 4u << 16);
+    ring__put32(s.hs + 4, RING__TCP_VERSION | 4u << 16);
     wire_seed_put("nsocks_differ", &s, 0, 1);
     s = v;
-    ring__put32(s.hs + 4, TCP_VERSION | (uint32_t)s.nsocks << 16 | 1u << 24);
+    ring__put32(s.hs + 4, RING__TCP_VERSION | (uint32_t)s.nsocks << 16 | 1u << 24);
     wire_seed_put("duplex_flag", &s, 1, 1);
     s = v;
-    ring__put32(s.hs + 4, TCP_VERSION | (uint32_t)s.nsocks << 16 | 1u << 25);
+    ring__put32(s.hs + 4, RING__TCP_VERSION | (uint32_t)s.nsocks << 16 | 1u << 25);
     wire_seed_put("unknown_flag", &s, 0, 1);
     s = v;
     s.hs[20] ^= 0x80;
@@ -308,7 +308,7 @@ static void gen_tcp_wire(void)
     s.nsocks = RING__MAX_NSOCKS;
     s.nranks = 65536;
     s.myrank = 65535;
-    ring__put32(s.hs + 4, TCP_VERSION | (uint32_t)RING__MAX_NSOCKS << 16);
+    ring__put32(s.hs + 4, RING__TCP_VERSION | (uint32_t)RING__MAX_NSOCKS << 16);
     ring__put32(s.hs + 24, 65534);
     ring__put32(s.hs + 28, RING__MAX_NSOCKS - 1);
     wire_seed_put("largest_job", &s, 1, 1);
