@@ -47,7 +47,8 @@
 # gave up first sees that neighbour's sockets close (a reset) before its own timeout, and waits
 # up to the 4 s cause grace (comm.c CAUSE_GRACE_PEER_NS, docs/reliability.md) for the star to
 # say why; when the root is the host cut off, no cause can come and the whole grace passes
-# (the 48th cut, host 0's: 8.2 s, "Connection reset by peer"). So the bound is
+# (the 48th cut, host 0's: 8.2 s, "Connection reset by peer"; the text now adds that no cause
+# came from rank 0, which may be unreachable, and the slow-rank case checks it). So the bound is
 # T + 4 s + 3 s of slack, and a rank past T + 3 s is pointed out.
 set -uo pipefail
 
@@ -360,6 +361,11 @@ partition() { # name where host ring_perf-args...
             # The operation and the peer (with its address) that a rank waited for, whether its
             # own or relayed: what makes a timeout actionable.
             fail "$name: rank $i's error names no operation #N or no peer with its address"
+            bad=1
+        elif [[ $i == "${SLOW_RANK:-}" ]] && ! grep -q "rank 0 may be unreachable" "$out/rank$i.err"; then
+            # Its partners timed out and closed; no cause could come without the root. The text
+            # must say that, not leave a healthy partner's reset as the whole story.
+            fail "$name: rank $i's error does not say that rank 0, which relays causes, may be unreachable"
             bad=1
         fi
         grep -q "rank $h ($(bed_addr "$h"):" "$out/rank$i.err" && named=$((named + 1))

@@ -79,7 +79,18 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     /* An abort during the grace above is the call's result, as for a call that saw it itself. */
     if (atomic_load(&comm->aborted)) return ring__seterr(comm, RING_ERR_ABORTED, "%s: aborted by ring_comm_abort", what);
     if (atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
-    if (left >= 0) ring__watch_note_left(comm, left, what, cause, sizeof cause);
+    if (left >= 0) {
+        ring__watch_note_left(comm, left, what, cause, sizeof cause);
+    } else if (rc == RING_ERR_PEER) {
+        /* The whole grace passed: the usual reason is a partition that cut off rank 0, which
+         * relays every failure, while the peer that closed had timed out (the netns-faults
+         * test does it). Say so, or the reader takes the healthy peer for the culprit. */
+        size_t n = strlen(cause);
+        snprintf(cause + n, sizeof cause - n, "%s",
+                 comm->rank == 0 ? " (no rank said why within 4 s: the peer may have timed out waiting for a rank that is cut off)"
+                                 : " (no cause came from rank 0, which relays every failure, within 4 s: the peer may have timed "
+                                   "out, and rank 0 may be unreachable)");
+    }
     ring__errmsg_put(comm, cause);
     ring__comm_fail(comm, rc, cause);
     return rc;
