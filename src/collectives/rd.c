@@ -11,8 +11,6 @@
  *  3. Unfold: r+1 sends the result to the even rank r.
  * Every data message is preceded by the 40-byte collective descriptor (engine.h), checked by
  * the receiver before it accepts the data, so a mismatched call fails with both sides named.
- * From 3 ranks the first exchange also sends the descriptor to the ring neighbour on the right
- * and checks the one from the left (the ring guard, below), as the ring and the tree do.
  * Over shared memory, data of at most PACK_DATA bytes travels in the descriptor's message
  * instead. Where the first messages' lengths differ (another count, another algorithm), the
  * shared-memory transport still delivers the other side's first 40 bytes, its descriptor
@@ -70,63 +68,23 @@ int ring__rd_partners(int rank, int nranks, int *out)
 }
 
 /*
- * The ring guard. The ring's ranks talk only to their ring neighbours; these algorithms first to
- * partners that need not be ring neighbours (recursive halving's first is two positions away
- * with 4 ranks; with the hosts interleaved, 0 2 1 3, recursive doubling's is no neighbour
- * either). Where ranks differ in the algorithm (a count across a threshold, RING_ALGO) no pair
- * that met then held both kinds of call, and every rank waited out RING_TIMEOUT_MS. So every
- * rank sends its descriptor to the right neighbour at once and checks the one from its left as
- * soon as it arrives, whatever it runs: some neighbour pair differs when any two ranks differ,
- * and that rank's failure reaches the others (watch.c). With 2 ranks the partner is both
- * neighbours and the exchange itself is the check. A 40-byte message, concurrent with the
- * first exchange.
- */
-typedef struct guard {
-    const unsigned char *mine;
-    unsigned char theirs[RING__DESC_LEN];
-    int pending; /* not yet posted: the next exchange takes it */
-} guard_t;
-
-static void guard_init(guard_t *g, const ring_comm_t *comm, const unsigned char *mydesc)
-{
-    g->mine = mydesc;
-    memset(g->theirs, 0, sizeof g->theirs);
-    g->pending = comm->nranks >= 3;
-}
-
-static ring_result_t guard_check(ring_comm_t *comm, void *arg)
-{
-    const guard_t *g = arg;
-    if (!memcmp(g->theirs, g->mine, RING__DESC_LEN)) return RING_OK;
-    return ring__desc_check(comm, g->mine, g->theirs, "left neighbour", comm->peer_desc[0]);
-}
-
-/*
  * One exchange with peer: send (descriptor, then data unless empty) if do_send, receive
  * (descriptor, then data) if do_recv, all posted at once so that both messages travel in one
  * write and are read back to back. If the peer's call differs, the descriptor arrives first
  * (messages on a connection are in order), so a data length error from the transport is
  * reported as the mismatch it is; with equal lengths the data lands in rbuf, which is either
- * scratch or a result the caller gets an error for. The guard's two messages go first where it
- * is pending (ahead of the exchange's on a shared connection, on both sides alike).
+ * scratch or a result the caller gets an error for.
  */
-static ring_result_t exchange(ring_comm_t *comm, guard_t *g, int peer, int do_send, const void *sbuf, size_t sbytes,
-                              int do_recv, void *rbuf, size_t rbytes, const char *relation)
+static ring_result_t exchange(ring_comm_t *comm, const unsigned char *mydesc, int peer, int do_send, const void *sbuf,
+                              size_t sbytes, int do_recv, void *rbuf, size_t rbytes, const char *relation)
 {
     ring_result_t rc = RING_OK;
-    const unsigned char *mydesc = g->mine;
     unsigned char tdesc[RING__DESC_LEN], pout[PACK_MAX], pin[PACK_MAX];
-    ring__p2p_op_t ops[6];
+    ring__p2p_op_t ops[4];
     int n = 0;
     char who[160];
     const int pack_send = do_send && packs(comm->conn_send[peer], sbytes);
     const int pack_recv = do_recv && packs(comm->conn_recv[peer], rbytes);
-    if (g->pending) {
-        g->pending = 0;
-        ops[n++] = (ring__p2p_op_t){.peer = comm->right, .is_send = 1, .buf = (void *)mydesc, .len = RING__DESC_LEN};
-        ops[n++] = (ring__p2p_op_t){.peer = comm->left, .buf = g->theirs, .len = RING__DESC_LEN, .on_done = guard_check,
-                                    .arg = g};
-    }
     if (pack_send) {
         memcpy(pout, mydesc, RING__DESC_LEN);
         memcpy(pout + RING__DESC_LEN, sbuf, sbytes);
@@ -158,10 +116,10 @@ static ring_result_t exchange(ring_comm_t *comm, guard_t *g, int peer, int do_se
     return rc;
 }
 
-static ring_result_t xchg(ring_comm_t *comm, guard_t *g, int peer, int do_send, const void *sbuf, int do_recv, void *rbuf,
-                          size_t bytes)
+static ring_result_t xchg(ring_comm_t *comm, const unsigned char *mydesc, int peer, int do_send, const void *sbuf,
+                          int do_recv, void *rbuf, size_t bytes)
 {
-    return exchange(comm, g, peer, do_send, sbuf, bytes, do_recv, rbuf, bytes, "recursive-doubling partner");
+    return exchange(comm, mydesc, peer, do_send, sbuf, bytes, do_recv, rbuf, bytes, "recursive-doubling partner");
 }
 
 static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
@@ -178,27 +136,25 @@ static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
     char *tmp = NULL;
 
     ring__desc_build(mydesc, op, RING__ALGO_RD);
-    guard_t g;
-    guard_init(&g, comm, mydesc);
     if (bytes) {
         RING_CHECK(ring__scratch_ensure(comm, bytes));
         tmp = comm->scratch;
     }
     if (r < 2 * rem && r % 2 == 0) {
-        RING_CHECK(xchg(comm, &g, r + 1, 1, cur, 0, NULL, bytes));
-        RING_CHECK(xchg(comm, &g, r + 1, 0, NULL, 1, acc, bytes));
+        RING_CHECK(xchg(comm, mydesc, r + 1, 1, cur, 0, NULL, bytes));
+        RING_CHECK(xchg(comm, mydesc, r + 1, 0, NULL, 1, acc, bytes));
         goto fail;
     }
     int v = r - rem;
     if (r < 2 * rem) {
-        RING_CHECK(xchg(comm, &g, r - 1, 0, NULL, 1, tmp, bytes));
+        RING_CHECK(xchg(comm, mydesc, r - 1, 0, NULL, 1, tmp, bytes));
         if (count) ring__reduce(acc, tmp, cur, count, op->dtype, op->op);
         cur = acc;
         v = r / 2;
     }
     for (int mask = 1; mask < p; mask <<= 1) {
         int pv = v ^ mask;
-        RING_CHECK(xchg(comm, &g, ring__rd_real_rank(pv, rem), 1, cur, 1, tmp, bytes));
+        RING_CHECK(xchg(comm, mydesc, ring__rd_real_rank(pv, rem), 1, cur, 1, tmp, bytes));
         if (count) {
             const void *a = pv < v ? tmp : cur, *b = pv < v ? cur : tmp;
             if (mask * 2 == p) ring__reduce_final(acc, a, b, count, op->dtype, op->op, n);
@@ -206,7 +162,7 @@ static ring_result_t rd_run(ring_comm_t *comm, const ring__opdesc_t *op)
         }
         cur = acc;
     }
-    if (r < 2 * rem) RING_CHECK(xchg(comm, &g, r - 1, 1, acc, 0, NULL, bytes));
+    if (r < 2 * rem) RING_CHECK(xchg(comm, mydesc, r - 1, 1, acc, 0, NULL, bytes));
 fail:
     return ring__algo_failed(comm, rc, op, "recursive doubling");
 }
@@ -242,20 +198,18 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
     int rounds = 0;
 
     ring__desc_build(mydesc, op, RING__ALGO_RH);
-    guard_t g;
-    guard_init(&g, comm, mydesc);
     if (bytes) {
         RING_CHECK(ring__scratch_ensure(comm, bytes));
         tmp = comm->scratch;
     }
     if (r < 2 * rem && r % 2 == 0) {
-        RING_CHECK(xchg(comm, &g, r + 1, 1, op->sendbuf, 0, NULL, bytes));
-        RING_CHECK(xchg(comm, &g, r + 1, 0, NULL, 1, acc, bytes));
+        RING_CHECK(xchg(comm, mydesc, r + 1, 1, op->sendbuf, 0, NULL, bytes));
+        RING_CHECK(xchg(comm, mydesc, r + 1, 0, NULL, 1, acc, bytes));
         goto fail;
     }
     int v = r - rem;
     if (r < 2 * rem) {
-        RING_CHECK(xchg(comm, &g, r - 1, 0, NULL, 1, tmp, bytes));
+        RING_CHECK(xchg(comm, mydesc, r - 1, 0, NULL, 1, tmp, bytes));
         if (count) ring__reduce(acc, tmp, op->sendbuf, count, op->dtype, op->op);
         v = r / 2;
     } else if (bytes && acc != (const char *)op->sendbuf) {
@@ -271,7 +225,7 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
         size_t kb = (kh - kl) * es, sb = (sh - sl) * es;
         /* The halves of an odd range differ by one element: each side sends what the other
          * keeps and receives what it keeps, so the lengths still match pairwise. */
-        RING_CHECK(exchange(comm, &g, ring__rd_real_rank(pv, rem), 1, acc + sl * es, sb, 1, tmp, kb, "recursive-halving partner"));
+        RING_CHECK(exchange(comm, mydesc, ring__rd_real_rank(pv, rem), 1, acc + sl * es, sb, 1, tmp, kb, "recursive-halving partner"));
         if (kh > kl) {
             const char *a = low ? acc + kl * es : tmp, *b = low ? tmp : acc + kl * es;
             if (mask == 1) ring__reduce_final(acc + kl * es, a, b, kh - kl, op->dtype, op->op, n);
@@ -282,11 +236,11 @@ ring_result_t ring__allreduce_rh(ring_comm_t *comm, const ring__opdesc_t *op)
     for (int k = rounds - 1, mask = 1; k >= 0; k--, mask *= 2) {
         int pv = v ^ mask;
         size_t ol = kept_low[k] ? h : lo[k], oh = kept_low[k] ? hi[k] : l; /* the partner's range */
-        RING_CHECK(exchange(comm, &g, ring__rd_real_rank(pv, rem), 1, acc + l * es, (h - l) * es, 1, acc + ol * es, (oh - ol) * es,
+        RING_CHECK(exchange(comm, mydesc, ring__rd_real_rank(pv, rem), 1, acc + l * es, (h - l) * es, 1, acc + ol * es, (oh - ol) * es,
                             "recursive-halving partner"));
         l = lo[k], h = hi[k];
     }
-    if (r < 2 * rem) RING_CHECK(xchg(comm, &g, r - 1, 1, acc, 0, NULL, bytes));
+    if (r < 2 * rem) RING_CHECK(xchg(comm, mydesc, r - 1, 1, acc, 0, NULL, bytes));
 fail:
     return ring__algo_failed(comm, rc, op, "recursive halving");
 }
