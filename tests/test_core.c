@@ -30,6 +30,7 @@
 #include "param.h"
 #include "partition.h"
 #include "transport.h"
+#include "watch.h"
 #include "wire.h"
 
 /* ---- partition ------------------------------------------------------------------------ */
@@ -74,6 +75,97 @@ static void check_layout(size_t count, int nseg, int balanced, size_t chunk, int
         cr_assert(k >= 0 && k < nsteps && c >= 0 && c < ring__layout_round_lanes(&l, j));
         cr_assert_eq(ring__layout_msg_index(&l, nsteps, j, k, c), i);
     }
+}
+
+/* ---- stuck reports (watch.c): the root's comparison ---- */
+
+static void stuck_desc(unsigned char *d, uint64_t seq, size_t count, int algo)
+{
+    ring__opdesc_t op = {.coll = RING__COLL_ALLREDUCE, .count = count, .dtype = RING_FLOAT32, .op = RING_SUM, .seq = seq};
+    ring__desc_build(d, &op, algo);
+}
+
+/* A root with no star connections (fds -1: relays go nowhere), enough for the comparison. */
+typedef struct stuck_root {
+    ring_comm_t comm;
+    ring__bootstrap_t bs;
+    int fds[4], left[4];
+    ring__peer_info_t peers[4];
+} stuck_root;
+
+static void stuck_root_init(stuck_root *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < 4; i++) t->fds[i] = -1;
+    t->bs.root_fd = -1;
+    t->bs.rank_fds = t->fds;
+    t->comm.bs = &t->bs;
+    t->comm.nranks = 4;
+    t->comm.wake_fd = -1;
+    t->comm.watch_left = t->left;
+    t->comm.peers = t->peers;
+    t->comm.stuck_desc = calloc(4, RING__DESC_LEN);
+    cr_assert(t->comm.stuck_desc);
+    pthread_mutex_init(&t->comm.star_mu, NULL);
+    pthread_mutex_init(&t->comm.err_mu, NULL);
+}
+
+static void stuck_root_fini(stuck_root *t)
+{
+    free(t->comm.stuck_desc);
+    pthread_mutex_destroy(&t->comm.star_mu);
+    pthread_mutex_destroy(&t->comm.err_mu);
+}
+
+Test(stuck, root_flags_only_the_same_call_with_another_descriptor)
+{
+    stuck_root t;
+    stuck_root_init(&t);
+    unsigned char ring5[RING__DESC_LEN], ring6[RING__DESC_LEN], rh5[RING__DESC_LEN], hint5[RING__DESC_LEN];
+    stuck_desc(ring5, 5, 100000, RING__ALGO_RING);
+    stuck_desc(ring6, 6, 10000, RING__ALGO_RH);
+    stuck_desc(rh5, 5, 10000, RING__ALGO_RH);
+    stuck_desc(hint5, 5, 100000, RING__ALGO_RING | RING__DESC_GDR);
+    /* The same call everywhere (a hint bit aside), or another call: a slow rank, no mismatch. */
+    cr_assert_eq(ring__watch_stuck_at_root(&t.comm, 0, ring5), 0);
+    cr_assert_eq(ring__watch_stuck_at_root(&t.comm, 1, hint5), 0);
+    cr_assert_eq(ring__watch_stuck_at_root(&t.comm, 2, ring6), 0);
+    cr_assert_eq(atomic_load(&t.comm.fail_code), RING_OK);
+    cr_assert_eq(atomic_load(&t.comm.remote_failed), 0);
+    /* The same call on another algorithm: the mismatch, naming both ranks and both calls. */
+    cr_assert_eq(ring__watch_stuck_at_root(&t.comm, 3, rh5), 1);
+    cr_assert_eq(atomic_load(&t.comm.fail_code), RING_ERR_MISMATCH);
+    cr_assert_eq(atomic_load(&t.comm.remote_failed), 1);
+    cr_assert(strstr(t.comm.fail_msg, "rank 3 called #5 allreduce(count=10000, float32, sum) [recursive halving]") &&
+                  strstr(t.comm.fail_msg, "rank 0 called #5 allreduce(count=100000, float32, sum) [ring]"),
+              "%s", t.comm.fail_msg);
+    stuck_root_fini(&t);
+}
+
+Test(stuck, waiting_notice_carries_exactly_one_descriptor)
+{
+    unsigned char f[RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX];
+    char hex[RING__NOTICE_WAITING_TEXT + 2];
+    memset(hex, 'a', sizeof hex - 1);
+    hex[sizeof hex - 1] = '\0';
+    uint32_t type, origin, code;
+    const unsigned char *t;
+    size_t tl;
+    hex[RING__NOTICE_WAITING_TEXT] = '\0';
+    size_t n = ring__notice_build(f, RING__NOTICE_WAITING, 2, 0, hex);
+    cr_assert_eq(ring__notice_parse(f, n, &type, &origin, &code, &t, &tl), (long)n);
+    cr_assert(type == RING__NOTICE_WAITING && origin == 2 && code == 0 && tl == RING__NOTICE_WAITING_TEXT);
+    /* One digit more or less, or a code: garbage. */
+    hex[RING__NOTICE_WAITING_TEXT] = 'a';
+    n = ring__notice_build(f, RING__NOTICE_WAITING, 2, 0, hex);
+    cr_assert_eq(ring__notice_parse(f, n, &type, &origin, &code, &t, &tl), -1);
+    hex[RING__NOTICE_WAITING_TEXT - 1] = '\0';
+    n = ring__notice_build(f, RING__NOTICE_WAITING, 2, 0, hex);
+    cr_assert_eq(ring__notice_parse(f, n, &type, &origin, &code, &t, &tl), -1);
+    memset(hex, 'a', RING__NOTICE_WAITING_TEXT);
+    hex[RING__NOTICE_WAITING_TEXT] = '\0';
+    n = ring__notice_build(f, RING__NOTICE_WAITING, 2, RING_ERR_MISMATCH, hex);
+    cr_assert_eq(ring__notice_parse(f, n, &type, &origin, &code, &t, &tl), -1);
 }
 
 Test(partition, tiles_every_segment_exactly)

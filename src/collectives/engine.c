@@ -89,16 +89,31 @@ uint32_t ring__desc_hints(const unsigned char *desc)
     return ring__get32(desc + DESC_LEN - 4) & RING__DESC_HINTS;
 }
 
+/* Hints (in the last word, the algorithm) say how a rank moves its bytes, which its
+ * neighbours need not share. */
+static int desc_same(const unsigned char *a, const unsigned char *b)
+{
+    return !memcmp(a, b, DESC_LEN - 4) &&
+           !((ring__get32(a + DESC_LEN - 4) ^ ring__get32(b + DESC_LEN - 4)) & ~(uint32_t)RING__DESC_HINTS);
+}
+
+int ring__desc_conflict(const unsigned char *a, int ra, const unsigned char *b, int rb, char *out, size_t len)
+{
+    if (desc_same(a, b)) return 0;
+    char sa[160], sb[160];
+    desc_str(a, sa, sizeof sa);
+    desc_str(b, sb, sizeof sb);
+    snprintf(out, len, "collective mismatch: rank %d called %s but rank %d called %s (both reported the call stuck to rank 0)",
+             ra, sa, rb, sb);
+    return 1;
+}
+
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who)
 {
     if (ring__get32(theirs) != DESC_MAGIC)
         return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected", who);
-    /* Hints (in the last word, the algorithm) say how a rank moves its bytes, which its
-     * neighbours need not share. */
-    if (!memcmp(mine, theirs, DESC_LEN - 4) &&
-        !((ring__get32(mine + DESC_LEN - 4) ^ ring__get32(theirs + DESC_LEN - 4)) & ~(uint32_t)RING__DESC_HINTS))
-        return RING_OK;
+    if (desc_same(mine, theirs)) return RING_OK;
     char a[160], b[160];
     desc_str(mine, a, sizeof a);
     desc_str(theirs, b, sizeof b);

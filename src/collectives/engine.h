@@ -86,6 +86,10 @@ uint32_t ring__desc_hints(const unsigned char *desc);
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);
+/* Two ranks' descriptors of the same call, compared as check() does: 0 if they agree, else 1
+ * with out = "collective mismatch: rank ra called <a> but rank rb called <b> ..." (the root's
+ * stuck reports, watch.c). */
+int ring__desc_conflict(const unsigned char *a, int ra, const unsigned char *b, int rb, char *out, size_t len);
 /* After a receive failed with *rc = RING_ERR_MISMATCH: 1 if theirs (zeroed before the receive)
  * holds a descriptor that differs from mine, which then is the error set on comm (*rc stays
  * RING_ERR_MISMATCH); else 0 and nothing changes. */

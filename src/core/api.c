@@ -201,9 +201,20 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
         if (ran) return rc;
         /* A rank has device buffers (so this is an all-reduce): every host rank takes the
          * ring with it, as the device path does for this algorithm. */
+        comm->stuck_op = op;
+        comm->stuck_algo = RING__ALGO_RING;
         return ring__ring_run(comm, op);
     }
     int rd = algo == RING__ALGO_RD;
+    /* The algorithm the call's descriptor will name, for its stuck report (watch.c): nothing
+     * is built unless the call gets stuck. The shared-memory all-reduce (above) compares every
+     * rank's record of the call itself; device buffers (src/cuda) make none, so their ranks
+     * never take part in the comparison, which only ever compares two reports. */
+    comm->stuck_op = op;
+    comm->stuck_algo = op->coll == RING__COLL_ALLREDUCE ? (rd || algo == RING__ALGO_RH ? algo : RING__ALGO_RING)
+                       : op->coll == RING__COLL_BROADCAST ? (algo == RING__ALGO_TREE ? algo : RING__ALGO_RING)
+                       : op->coll == RING__COLL_BARRIER   ? (rd ? algo : RING__ALGO_RING)
+                                                          : RING__ALGO_RING;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE:
         return rd ? ring__allreduce_rd(comm, op) : algo == RING__ALGO_RH ? ring__allreduce_rh(comm, op) : ring__ring_run(comm, op);
@@ -218,6 +229,7 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     ring_result_t rc = run_op(comm, op);
+    comm->stuck_op = NULL;
     /* Done with this call's records, whatever the result: a rank that is HIST calls ahead
      * waits for this before it rewrites the slot (ring__callrec_room). */
     ring__sm_done(comm, op);

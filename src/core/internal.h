@@ -131,13 +131,21 @@ struct ring_comm {
     int wake_fd; /* eventfd: abort() and the watcher write it so that a poll() in progress returns */
 
     /* Watcher thread on the bootstrap star (watch.c). star_mu serialises writes on the star
-     * and guards watch_left (ranks that said goodbye). */
+     * and guards watch_left (ranks that said goodbye) and the root's stuck_desc. */
     pthread_mutex_t star_mu;
     pthread_t watch_thread;
     int watch_started;
     int watch_stop_fd;
     int *watch_left;
     void *watch_mem; /* the watcher's poll set and buffers (watch.c) */
+    /* Stuck reports (watch.c). The call this rank runs and the algorithm its descriptor names
+     * (set by ring__run_op once the algorithm is known, cleared when it returns; only the
+     * thread running the call reads them), and seq + 1 of the last call reported (0: none).
+     * Root: every rank's last report, RING__DESC_LEN bytes each (all zero: none), under star_mu. */
+    const ring__opdesc_t *stuck_op;
+    int stuck_algo;
+    uint64_t stuck_said;
+    unsigned char *stuck_desc;
 
     /* Run queue and progress thread. */
     pthread_mutex_t mu;

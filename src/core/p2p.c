@@ -265,6 +265,10 @@ int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int *relooked)
         if (*relooked) return RING__WAIT_LEFT;
         *relooked = 1;
     }
+    /* Ranks whose calls picked different algorithms may never exchange a message, so nothing
+     * here would see the difference before the timeout: the root compares the stuck calls
+     * (watch.c). Once per call, and only from a call stuck this long. */
+    if (idle_ns >= ring__stuck_ns(comm)) ring__watch_stuck((ring_comm_t *)comm);
     if (idle_ns > (int64_t)comm->params.timeout_ms * 1000000LL) return RING__WAIT_TIMEOUT;
     return RING__WAIT_GO_ON;
 }
@@ -307,6 +311,9 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
     /* A full table may have left sockets out (a root of many peers with many sockets each):
      * their bytes would not wake this poll, so it only naps. */
     if (nf >= MAX_FDS - 1) left_ms = 1;
+    /* Wake up in time for the stuck report (ring__wait_stop). */
+    const int64_t stuck_ns = ring__stuck_ns(comm);
+    if (idle_ns < stuck_ns) left_ms = RING__MIN(left_ms, (stuck_ns - idle_ns) / 1000000 + 1);
     int r = poll(fds, (nfds_t)nf + 1, (int)RING__MIN(left_ms, 1000));
     if (r < 0 && errno != EINTR) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "poll");
     for (int i = 0; r > 0 && i < nf; i++)

@@ -11,6 +11,17 @@
  *    fails because a peer left in the middle of it learns at once that the peer called
  *    ring_comm_destroy, instead of waiting out the cause grace (comm.c) for a FAIL that is
  *    not coming.
+ *  - WAITING: a stuck report, sent to the root (never relayed) by a collective call that has
+ *    made no progress for min(1 s, RING_TIMEOUT_MS / 4), once per call: its 40-byte
+ *    descriptor (engine.h; the sequence number is in it) as 80 hex digits. Ranks whose counts
+ *    put them on different algorithms (ring against recursive halving or doubling) may never
+ *    exchange a message, so no descriptor check sees the difference and every rank would wait
+ *    out RING_TIMEOUT_MS. The root keeps each rank's last report (its own without a frame) and,
+ *    when two ranks are stuck in the same call (same sequence number) with descriptors that
+ *    differ, fails the communicator with RING_ERR_MISMATCH naming both calls, as for its own
+ *    first failure: every rank's call returns within one wake-up. Different sequence numbers
+ *    are not compared: a rank may be one call ahead of another. A call that progresses sends
+ *    nothing.
  * A star connection that closes without BYE means the process died (the kernel closes a
  * killed process's sockets at once): the root turns that into a FAIL naming the rank, and
  * ranks that lose the root do the same for rank 0.
@@ -23,7 +34,8 @@
  * (every rank reports the same kind of error); anything else arrives as RING_ERR_PEER.
  *
  * Bytes: one 16-byte header + up to 800 bytes of text per notice; root relays to N-2 ranks
- * (for BYE: to those that have not left yet).
+ * (for BYE: to those that have not left yet). WAITING: 16 + 80 bytes, at most one per rank
+ * and call, only from calls stuck that long; none in the normal case.
  */
 #include <errno.h>
 #include <poll.h>
@@ -36,6 +48,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "engine.h"
 #include "log.h"
 #include "net.h"
 #include "watch.h"
@@ -44,6 +57,8 @@
 #define NOTICE_MAGIC 0x52474e54u /* "RGNT" */
 #define FRAME_MAX (RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX)
 #define SEND_WAIT_NS (200LL * 1000000LL)
+
+_Static_assert(RING__NOTICE_WAITING_TEXT == 2 * RING__DESC_LEN, "a stuck report carries one descriptor in hex");
 
 size_t ring__notice_build(unsigned char *buf, uint32_t type, uint32_t origin, uint32_t code, const char *text)
 {
@@ -69,8 +84,9 @@ long ring__notice_parse(const unsigned char *buf, size_t len, uint32_t *type, ui
     /* A FAIL carries one of the codes wire_code() sends; RING_OK there would make a call in
      * flight return success without finishing (found by tests/fuzz/fuzz_notice). */
     int fail_ok = c == RING_ERR_PEER || c == RING_ERR_MISMATCH || c == RING_ERR_TIMEOUT;
-    if (!(t == RING__NOTICE_FAIL && fail_ok) && !(t == RING__NOTICE_BYE && c == 0)) return -1;
-    if (n > RING__NOTICE_TEXT_MAX) return -1;
+    if (!(t == RING__NOTICE_FAIL && fail_ok) && !(t == RING__NOTICE_BYE && c == 0) && !(t == RING__NOTICE_WAITING && c == 0))
+        return -1;
+    if (n > RING__NOTICE_TEXT_MAX || (t == RING__NOTICE_WAITING && n != RING__NOTICE_WAITING_TEXT)) return -1;
     if (len < RING__NOTICE_HDR + n) return 0;
     *type = t;
     *origin = ring__get32(buf + 8);
@@ -212,6 +228,76 @@ static void on_gone(ring_comm_t *comm, int r, const char *how)
     if (ring__fail_remote(comm, RING_ERR_PEER, msg)) relay(comm, RING__NOTICE_FAIL, r, wire_code(RING_ERR_PEER), msg, r);
 }
 
+int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *desc)
+{
+    char msg[RING__ERRMSG_MAX];
+    int bad = 0;
+    if (comm->rank != 0 || r < 0 || r >= comm->nranks) return 0;
+    pthread_mutex_lock(&comm->star_mu);
+    if (!comm->stuck_desc) { /* destroyed, or never opened */
+        pthread_mutex_unlock(&comm->star_mu);
+        return 0;
+    }
+    memcpy(comm->stuck_desc + (size_t)r * RING__DESC_LEN, desc, RING__DESC_LEN);
+    for (int q = 0; q < comm->nranks && !bad; q++) {
+        const unsigned char *o = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
+        /* Only the same call: another sequence number is a rank a call ahead or behind. */
+        if (q == r || ring__get32(o) == 0 || ring__get64(o + 8) != ring__get64(desc + 8)) continue;
+        bad = ring__desc_conflict(desc, r, o, q, msg, sizeof msg);
+    }
+    pthread_mutex_unlock(&comm->star_mu);
+    /* As the root's own first failure: everyone, r included, is told. */
+    if (bad && ring__fail_remote(comm, RING_ERR_MISMATCH, msg)) relay(comm, RING__NOTICE_FAIL, r, RING_ERR_MISMATCH, msg, -1);
+    return bad;
+}
+
+void ring__watch_stuck(ring_comm_t *comm)
+{
+    const ring__opdesc_t *op = comm->stuck_op;
+    if (!op || comm->stuck_said == op->seq + 1) return;
+    comm->stuck_said = op->seq + 1;
+    if (comm->nranks < 2 || !comm->bs || !comm->watch_left || !comm->peers) return;
+    unsigned char d[RING__DESC_LEN];
+    ring__desc_build(d, op, comm->stuck_algo);
+    if (comm->rank == 0) {
+        ring__watch_stuck_at_root(comm, 0, d);
+        return;
+    }
+    static const char digits[] = "0123456789abcdef";
+    char hex[RING__NOTICE_WAITING_TEXT + 1];
+    for (int i = 0; i < RING__DESC_LEN; i++) {
+        hex[2 * i] = digits[d[i] >> 4];
+        hex[2 * i + 1] = digits[d[i] & 15];
+    }
+    hex[RING__NOTICE_WAITING_TEXT] = '\0';
+    unsigned char f[RING__NOTICE_HDR + RING__NOTICE_WAITING_TEXT];
+    size_t n = ring__notice_build(f, RING__NOTICE_WAITING, (uint32_t)comm->rank, 0, hex);
+    pthread_mutex_lock(&comm->star_mu);
+    send_frame(comm, comm->bs->root_fd, f, n);
+    pthread_mutex_unlock(&comm->star_mu);
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "%s #%llu: no progress for %lld ms, told the root",
+             ring__coll_name(op->coll), (unsigned long long)op->seq, (long long)(ring__stuck_ns(comm) / 1000000));
+}
+
+static int unhex(unsigned char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Root: rank r's stuck report; 0 for garbage (not hex, or no descriptor in it). */
+static int on_waiting(ring_comm_t *comm, int r, const unsigned char *t)
+{
+    unsigned char d[RING__DESC_LEN];
+    for (int i = 0; i < RING__DESC_LEN; i++) {
+        int hi = unhex(t[2 * i]), lo = unhex(t[2 * i + 1]);
+        if (hi < 0 || lo < 0) return 0;
+        d[i] = (unsigned char)(hi << 4 | lo);
+    }
+    if (ring__get32(d) == 0) return 0;
+    ring__watch_stuck_at_root(comm, r, d);
+    return 1;
+}
+
 typedef struct inbuf {
     unsigned char b[FRAME_MAX];
     size_t got;
@@ -259,6 +345,15 @@ static int drain(ring_comm_t *comm, int fd, int r, inbuf *ib)
                 comm->watch_left[who] = 1;
                 pthread_mutex_unlock(&comm->star_mu);
                 if (comm->rank == 0) relay(comm, RING__NOTICE_BYE, r, 0, NULL, r);
+            } else if (type == RING__NOTICE_WAITING) {
+                /* Only ranks report to the root, each for itself; the root sends none. */
+                if (comm->rank != 0 || origin != (uint32_t)r || !on_waiting(comm, r, t)) {
+                    char msg[160];
+                    snprintf(msg, sizeof msg, "a bad stuck report (origin %u) on the bootstrap connection with rank %d",
+                             origin, r);
+                    on_fail(comm, r, RING_ERR_PROTOCOL, msg, 1);
+                    return 1;
+                }
             } else {
                 char text[RING__NOTICE_TEXT_MAX + 1];
                 memcpy(text, t, tl);
@@ -379,7 +474,14 @@ ring_result_t ring__watch_open(ring_comm_t *comm)
 {
     if (comm->nranks < 2 || comm->watch_left) return RING_OK;
     comm->watch_left = calloc((size_t)comm->nranks, sizeof *comm->watch_left);
-    if (!comm->watch_left) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+    if (comm->rank == 0) comm->stuck_desc = calloc((size_t)comm->nranks, RING__DESC_LEN);
+    if (!comm->watch_left || (comm->rank == 0 && !comm->stuck_desc)) {
+        free(comm->watch_left);
+        comm->watch_left = NULL;
+        free(comm->stuck_desc);
+        comm->stuck_desc = NULL;
+        return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
+    }
     return RING_OK;
 }
 
@@ -437,6 +539,10 @@ void ring__watch_stop(ring_comm_t *comm)
     comm->watch_stop_fd = -1;
     free(comm->watch_left);
     comm->watch_left = NULL;
+    pthread_mutex_lock(&comm->star_mu);
+    free(comm->stuck_desc);
+    comm->stuck_desc = NULL;
+    pthread_mutex_unlock(&comm->star_mu);
     watch_mem_free(comm->watch_mem);
     comm->watch_mem = NULL;
 }

@@ -43,12 +43,34 @@ void ring__watch_note_left(ring_comm_t *comm, int left, const char *what, char *
 ring_result_t ring__remote_result(ring_comm_t *comm, const char *what);
 
 /*
+ * A call that has made no progress for ring__stuck_ns() (min(1 s, RING_TIMEOUT_MS / 4)) says
+ * so once (watch.c): the root compares the descriptors of the ranks stuck in the same call and
+ * fails the communicator with RING_ERR_MISMATCH where two differ. The wait loops call it
+ * (ring__wait_stop) whenever they have been idle that long; it does nothing outside a
+ * collective, or for a call already reported.
+ */
+void ring__watch_stuck(ring_comm_t *comm);
+static inline int64_t ring__stuck_ns(const ring_comm_t *comm)
+{
+    int64_t quarter = (int64_t)comm->params.timeout_ms * 250000LL;
+    return quarter < 1000000000LL ? quarter : 1000000000LL;
+}
+/* Root: rank r's call with descriptor desc (RING__DESC_LEN bytes) is stuck; record it and fail
+ * the communicator with RING_ERR_MISMATCH if another rank is stuck in the same call (same
+ * sequence number) with a descriptor that differs. Returns 1 when it found a mismatch. */
+int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *desc);
+
+/*
  * Notice frames on the star: 16-byte header (magic "RGNT", type, origin rank, code:16,
- * text length:16) + text (<= RING__NOTICE_TEXT_MAX bytes, not NUL-terminated).
+ * text length:16) + text (<= RING__NOTICE_TEXT_MAX bytes, not NUL-terminated). WAITING (a
+ * stuck report, to the root only) has code 0 and exactly RING__NOTICE_WAITING_TEXT bytes of
+ * text: the call's 40-byte descriptor in lowercase hex (text, so that the frame is built like
+ * the others).
  */
 #define RING__NOTICE_HDR 16
 #define RING__NOTICE_TEXT_MAX 800
-enum { RING__NOTICE_FAIL = 1, RING__NOTICE_BYE = 2 };
+#define RING__NOTICE_WAITING_TEXT 80
+enum { RING__NOTICE_FAIL = 1, RING__NOTICE_BYE = 2, RING__NOTICE_WAITING = 3 };
 
 /* Build a frame into buf (RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX bytes); text is cut to
  * the maximum. Returns the frame length. */

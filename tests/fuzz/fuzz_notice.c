@@ -46,7 +46,9 @@ static void check_result(const unsigned char *buf, size_t len, const frame *f)
     FUZZ_CHECK((size_t)f->used == RING__NOTICE_HDR + f->textlen);
     /* drain() copies textlen bytes from text: they must lie inside what was received. */
     FUZZ_CHECK(f->text == buf + RING__NOTICE_HDR && f->textlen <= len - RING__NOTICE_HDR);
-    FUZZ_CHECK(f->type == RING__NOTICE_FAIL || f->type == RING__NOTICE_BYE);
+    FUZZ_CHECK(f->type == RING__NOTICE_FAIL || f->type == RING__NOTICE_BYE || f->type == RING__NOTICE_WAITING);
+    /* A stuck report: the root decodes exactly one descriptor's hex digits from it. */
+    if (f->type == RING__NOTICE_WAITING) FUZZ_CHECK(f->textlen == RING__NOTICE_WAITING_TEXT && f->code == 0);
     FUZZ_CHECK(f->origin == ring__get32(buf + ORIGIN_OFF));
     FUZZ_CHECK(f->code < 64);
     /* A FAIL's code becomes the communicator's failure code (ring__fail_remote). RING_OK there
@@ -145,8 +147,11 @@ static void check_drain(const uint8_t *data, size_t size, const frame *want, siz
 static void check_build(fuzz_reader *rd)
 {
     uint8_t pick = fuzz_u8(rd);
-    /* Mostly the two real types, sometimes anything, so the rejection side is built too. */
-    uint32_t type = (pick & 3) == 3 ? fuzz_u32(rd) : (pick & 1) ? RING__NOTICE_FAIL : RING__NOTICE_BYE;
+    /* Mostly the real types, sometimes anything, so the rejection side is built too. */
+    uint32_t type = (pick & 3) == 3   ? fuzz_u32(rd)
+                    : (pick & 3) == 2 ? RING__NOTICE_WAITING
+                    : (pick & 1)      ? RING__NOTICE_FAIL
+                                      : RING__NOTICE_BYE;
     uint32_t origin = fuzz_u32(rd);
     uint32_t code = (pick & 4) ? fuzz_u32(rd) : fuzz_u8(rd) % 16;
     uint32_t tl = fuzz_u32(rd) % (RING__NOTICE_TEXT_MAX + 200);
@@ -166,12 +171,16 @@ static void check_build(fuzz_reader *rd)
     parse(buf, n, &f);
     check_result(buf, n, &f);
     uint32_t c16 = code & 0xffffu;
-    /* What ranks actually send (watch.c): BYE with code 0, FAIL with a code from wire_code(). */
+    /* What ranks actually send (watch.c): BYE with code 0, FAIL with a code from wire_code(),
+     * WAITING with code 0 and one descriptor in hex. */
     int sent = (type == RING__NOTICE_BYE && c16 == 0) ||
+               (type == RING__NOTICE_WAITING && c16 == 0 && !(pick & 8) && strlen(text) == RING__NOTICE_WAITING_TEXT) ||
                (type == RING__NOTICE_FAIL &&
                 (c16 == RING_ERR_PEER || c16 == RING_ERR_MISMATCH || c16 == RING_ERR_TIMEOUT));
     if (sent) FUZZ_CHECK(f.used > 0);
-    if ((type != RING__NOTICE_FAIL && type != RING__NOTICE_BYE) || c16 >= 64) FUZZ_CHECK(f.used == -1);
+    if ((type != RING__NOTICE_FAIL && type != RING__NOTICE_BYE && type != RING__NOTICE_WAITING) || c16 >= 64)
+        FUZZ_CHECK(f.used == -1);
+    if (type == RING__NOTICE_WAITING && want_text != RING__NOTICE_WAITING_TEXT) FUZZ_CHECK(f.used == -1);
     /* A whole frame is never "need more bytes"; between the two cases above, the parser may
      * refuse a code, but what it accepts must be what was built. */
     FUZZ_CHECK(f.used != 0);

@@ -357,6 +357,17 @@ static void gen_notice(void)
     n = ring__notice_build(b, RING__NOTICE_BYE, 1, 0, NULL);
     notice_seed("bye", b, n, (long)n);
 
+    /* A stuck report (one descriptor in hex), and one with a digit short, which is garbage. */
+    const char *desc_hex = "4f504752000000000000000000000000a086010000000000000000000000000000000000"
+                           "01000000";
+    n = ring__notice_build(b, RING__NOTICE_WAITING, 3, 0, desc_hex);
+    notice_seed("waiting", b, n, (long)n);
+    char short_hex[RING__NOTICE_WAITING_TEXT];
+    memcpy(short_hex, desc_hex, sizeof short_hex - 1);
+    short_hex[sizeof short_hex - 1] = '\0';
+    n = ring__notice_build(b, RING__NOTICE_WAITING, 3, 0, short_hex);
+    notice_seed("waiting_short", b, n, -1);
+
     memset(text, 'x', sizeof text - 1);
     text[sizeof text - 1] = '\0';
     n = ring__notice_build(b, RING__NOTICE_FAIL, 0xffffffffu, RING_ERR_TIMEOUT, text); /* cut to 800 */
