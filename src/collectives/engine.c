@@ -53,7 +53,7 @@ void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo)
 static void desc_str(const unsigned char *b, char *out, size_t len)
 {
     ring__coll_t c = (ring__coll_t)ring__get32(b + 4);
-    unsigned long long seq = (unsigned long long)ring__get64(b + 8), count = (unsigned long long)ring__get64(b + 16);
+    unsigned long long seq = (unsigned long long)ring__desc_seq(b), count = (unsigned long long)ring__get64(b + 16);
     const char *dt = ring__dtype_name((ring_dtype_t)ring__get32(b + 24));
     uint32_t algo = ring__get32(b + 36);
     size_t n;
@@ -83,6 +83,8 @@ static void desc_str(const unsigned char *b, char *out, size_t len)
                  : algo == RING__ALGO_RH   ? "recursive halving"
                                            : "ring", ipc);
 }
+
+uint64_t ring__desc_seq(const unsigned char *desc) { return ring__get64(desc + 8); }
 
 uint32_t ring__desc_hints(const unsigned char *desc)
 {

@@ -83,6 +83,8 @@ void ring__sched_init(ring__sched_t *s, ring_comm_t *comm, const ring__opdesc_t 
 #define RING__DESC_HINTS RING__DESC_GDR
 /* The hint bits of a descriptor. */
 uint32_t ring__desc_hints(const unsigned char *desc);
+/* The call's sequence number in a descriptor. */
+uint64_t ring__desc_seq(const unsigned char *desc);
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo);
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who);

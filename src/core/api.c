@@ -211,10 +211,9 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
      * rank's record of the call itself; device buffers (src/cuda) make none, so their ranks
      * never take part in the comparison, which only ever compares two reports. */
     comm->stuck_op = op;
-    comm->stuck_algo = op->coll == RING__COLL_ALLREDUCE ? (rd || algo == RING__ALGO_RH ? algo : RING__ALGO_RING)
-                       : op->coll == RING__COLL_BROADCAST ? (algo == RING__ALGO_TREE ? algo : RING__ALGO_RING)
-                       : op->coll == RING__COLL_BARRIER   ? (rd ? algo : RING__ALGO_RING)
-                                                          : RING__ALGO_RING;
+    /* ring__algo_for names only what runs, but for an all-reduce under a forced RING_ALGO that
+     * has none (tree), which the switch below takes as the ring. */
+    comm->stuck_algo = op->coll == RING__COLL_ALLREDUCE && !rd && algo != RING__ALGO_RH ? RING__ALGO_RING : algo;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE:
         return rd ? ring__allreduce_rd(comm, op) : algo == RING__ALGO_RH ? ring__allreduce_rh(comm, op) : ring__ring_run(comm, op);

@@ -92,7 +92,7 @@ int ring__parse_port_range(const char *s, int *lo, int *hi)
     return 0;
 }
 
-static int hexval(int c)
+int ring__hexval(int c)
 {
     if (c >= '0' && c <= '9') return c - '0';
     c = tolower(c);
@@ -104,10 +104,10 @@ void ring__secret_from_string(const char *s, unsigned char out[16])
 {
     size_t n = strlen(s);
     int hex = n == 32;
-    for (size_t i = 0; hex && i < 32; i++) hex = hexval((unsigned char)s[i]) >= 0;
+    for (size_t i = 0; hex && i < 32; i++) hex = ring__hexval((unsigned char)s[i]) >= 0;
     if (hex) {
         for (int i = 0; i < 16; i++)
-            out[i] = (unsigned char)(hexval((unsigned char)s[2 * i]) << 4 | hexval((unsigned char)s[2 * i + 1]));
+            out[i] = (unsigned char)(ring__hexval((unsigned char)s[2 * i]) << 4 | ring__hexval((unsigned char)s[2 * i + 1]));
         return;
     }
     /* Not a key: stretch the string into 128 bits with two independent FNV-1a streams. It is

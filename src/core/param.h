@@ -38,6 +38,8 @@ int ring__parse_int(const char *s, long long lo, long long hi, long long *out);
 int ring__parse_hostport(const char *s, char *host, size_t hostlen, char *port, size_t portlen);
 /* "lo-hi" -> port range. 0 on success, -1 otherwise. */
 int ring__parse_port_range(const char *s, int *lo, int *hi);
+/* One hex digit's value (either case), -1 for anything else. */
+int ring__hexval(int c);
 /* 32 hex digits -> 16 bytes as given; any other non-empty string -> a 128-bit hash of it. */
 void ring__secret_from_string(const char *s, unsigned char out[16]);
 

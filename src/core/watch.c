@@ -51,6 +51,7 @@
 #include "engine.h"
 #include "log.h"
 #include "net.h"
+#include "param.h"
 #include "watch.h"
 #include "wire.h"
 
@@ -242,7 +243,7 @@ int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *des
     for (int q = 0; q < comm->nranks && !bad; q++) {
         const unsigned char *o = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
         /* Only the same call: another sequence number is a rank a call ahead or behind. */
-        if (q == r || ring__get32(o) == 0 || ring__get64(o + 8) != ring__get64(desc + 8)) continue;
+        if (q == r || ring__get32(o) == 0 || ring__desc_seq(o) != ring__desc_seq(desc)) continue;
         bad = ring__desc_conflict(desc, r, o, q, msg, sizeof msg);
     }
     pthread_mutex_unlock(&comm->star_mu);
@@ -279,17 +280,12 @@ void ring__watch_stuck(ring_comm_t *comm)
              ring__coll_name(op->coll), (unsigned long long)op->seq, (long long)(ring__stuck_ns(comm) / 1000000));
 }
 
-static int unhex(unsigned char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* Root: rank r's stuck report; 0 for garbage (not hex, or no descriptor in it). */
 static int on_waiting(ring_comm_t *comm, int r, const unsigned char *t)
 {
     unsigned char d[RING__DESC_LEN];
     for (int i = 0; i < RING__DESC_LEN; i++) {
-        int hi = unhex(t[2 * i]), lo = unhex(t[2 * i + 1]);
+        int hi = ring__hexval(t[2 * i]), lo = ring__hexval(t[2 * i + 1]);
         if (hi < 0 || lo < 0) return 0;
         d[i] = (unsigned char)(hi << 4 | lo);
     }
