@@ -45,6 +45,13 @@
  *            and the stopped one must return an error within 10 s, on its own clock: rank 0
  *            is given RING_TIMEOUT_MS=60000, so that its timeout cannot rescue the others.
  *            Ranks 0 and the stopped one must return an error too.
+ * --gpu-stuck small|ring  rank 1's GPU stops finishing the copies ringcomm queues (emulated:
+ *            each takes 60 s, as copies behind a caller's kernel on the legacy default
+ *            stream that does not end would) in an all-reduce of 5 floats (whole-buffer
+ *            staging) or 1 MiB (the staged ring). Rank 1, the only one on a short
+ *            RING_TIMEOUT_MS, must return RING_ERR_TIMEOUT naming its GPU within that timeout
+ *            and 2 s, the others an error that passes that on, within 10 s, and rank 1's
+ *            ring_comm_destroy must not wait for the GPU (2 s at most).
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
  * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
@@ -230,7 +237,7 @@ int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
         direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0, direct_abort = -1, depth_change = 0,
-        late_map = 0;
+        late_map = 0, gpu_stuck = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -248,6 +255,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--stalled-receiver")) stalled = 1;
         else if (!strcmp(argv[i], "--direct-abort") && i + 1 < argc) direct_abort = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--late-map")) late_map = 1;
+        else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "small")) gpu_stuck = 1, i++;
+        else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "ring")) gpu_stuck = 2, i++;
         else if (!strcmp(argv[i], "--depth-change") && i + 1 < argc) depth_change = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
@@ -256,7 +265,7 @@ int main(int argc, char **argv)
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
                     "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n"
-                    "       [--late-map] [--depth-change DEPTH]\n",
+                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring]\n",
                     argv[0]);
             return 2;
         }
@@ -284,6 +293,11 @@ int main(int argc, char **argv)
         /* Only the stopped rank's left neighbour keeps the short timeout. */
         const char *r = getenv("RING_RANK"), *s = getenv("RING_NRANKS");
         if (r && s && atoi(r) != atoi(s) - 2) setenv("RING_TIMEOUT_MS", "60000", 1);
+    }
+    if (gpu_stuck) {
+        /* Only rank 1 keeps the short timeout: its own clock must end its call. */
+        const char *r = getenv("RING_RANK");
+        if (r && atoi(r) != 1) setenv("RING_TIMEOUT_MS", "60000", 1);
     }
     if (work_split) {
         const char *r = getenv("RING_RANK");
@@ -436,6 +450,35 @@ int main(int argc, char **argv)
                ring_result_name(rc), ring_comm_last_error(comm));
         ring_comm_destroy(comm);
         if (rank == n - 1) wait(NULL);
+        return ok ? 0 : 1;
+    }
+    if (gpu_stuck) {
+        const size_t count = gpu_stuck == 1 ? 5 : (size_t)1 << 18;
+        float *buf = (float *)arena;
+        if (n < 2 || !emulate) {
+            fprintf(stderr, "--gpu-stuck needs 2 or more ranks and --emulate\n");
+            return 2;
+        }
+        rc = ring_allreduce(comm, buf, buf, count, RING_FLOAT32, RING_SUM); /* a communicator that works */
+        if (rc != RING_OK) {
+            fprintf(stderr, "rank %d: first all-reduce: %s\n", rank, ring_comm_last_error(comm));
+            return 1;
+        }
+        if (rank == 1) ring__cuda_emu_set_copy_delay(60000);
+        const double t0 = now_s();
+        rc = ring_allreduce(comm, buf, buf, count, RING_FLOAT32, RING_SUM);
+        const double s = now_s() - t0;
+        const char *t = getenv("RING_TIMEOUT_MS");
+        const double limit = rank == 1 ? (t ? atof(t) / 1000 : 300) + 2 : 10;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ring_comm_last_error(comm));
+        const int named = strstr(msg, "the GPU (device 0) has not finished") != NULL;
+        const double d0 = now_s();
+        ring_comm_destroy(comm);
+        const double ds = now_s() - d0;
+        int ok = rc != RING_OK && s < limit && named && (rank != 1 || (rc == RING_ERR_TIMEOUT && ds < 2));
+        printf("rank %d: %s after %.2f s (limit %.0f s): %s: %s; ring_comm_destroy took %.2f s\n", rank,
+               ok ? "PASS" : "FAIL", s, limit, ring_result_name(rc), msg, ds);
         return ok ? 0 : 1;
     }
     if (ipc_mixed) {

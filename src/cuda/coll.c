@@ -26,6 +26,7 @@
  * terminal).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@ typedef struct stage {
     void **sreq, **rreq;           /* transport requests per slot */
     unsigned char *whole;          /* pinned, for whole-buffer staging */
     size_t whole_bytes;
+    int stuck; /* its GPU work did not finish within RING_TIMEOUT_MS (gpu_timeout) */
 } stage_t;
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -215,6 +217,47 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
     return RING_OK;
 }
 
+/* ---------- waiting for the GPU ---------- */
+
+/* The staging streams are blocking ones (ring_cuda.h): their copies and kernels run only after
+ * work queued earlier on the device's legacy default stream, so a caller's kernel there that
+ * does not end (or a hung GPU) holds them for ever. Every wait for them is bounded by
+ * RING_TIMEOUT_MS and ends in this error; the set is then marked stuck: never reused, never
+ * freed under the GPU (ring__cuda_free_dead). */
+static ring_result_t gpu_timeout(ring_comm_t *comm, stage_t *S, const ring__opdesc_t *op, int64_t waited_ns)
+{
+    S->stuck = 1;
+    return ring__seterr(comm, RING_ERR_TIMEOUT,
+                        "%s #%llu: timed out: the GPU (device %d) has not finished the copies and kernels ringcomm "
+                        "queued for this call in %lld ms (RING_TIMEOUT_MS is %d): they run after work queued "
+                        "earlier on the device's legacy default stream (a kernel there that does not end?), or "
+                        "the GPU hangs; they may still write recvbuf when they run",
+                        ring__coll_name(op->coll), (unsigned long long)op->seq, S->device,
+                        (long long)(waited_ns / 1000000), comm->params.timeout_ms);
+}
+
+/* Everything queued on s, waited for on the host until RING_TIMEOUT_MS: polled with a yield
+ * between tries, as cudaStreamSynchronize itself waits by default (it spins, or yields where
+ * the CPUs are fewer than the contexts); a nap would add its length to the end of every call.
+ * report NULL: a failed call's cleanup, which keeps the call's own error. */
+static ring_result_t drain(ring_comm_t *comm, ring_comm_t *report, stage_t *S, ring__cuda_stream_t s,
+                           const ring__opdesc_t *op)
+{
+    const int64_t start = ring__now_ns(), bound = (int64_t)comm->params.timeout_ms * 1000000LL;
+    for (;;) {
+        int done = 0;
+        ring_result_t rc = ring__cuda_stream_query(report, s, &done);
+        if (rc != RING_OK || done) return rc;
+        const int64_t waited = ring__now_ns() - start;
+        if (waited >= bound) {
+            if (report) return gpu_timeout(report, S, op, waited);
+            S->stuck = 1;
+            return RING_ERR_TIMEOUT;
+        }
+        sched_yield();
+    }
+}
+
 /* ---------- the staged ring engine ---------- */
 
 /* What the reduction hook needs of the call in progress. */
@@ -305,7 +348,8 @@ static ring_result_t link_step(const ring__transport_t *tp, void **req, int *fla
  * while it still marks the message in question: a slot's event is re-recorded only after
  * that message released its slot. Windows are `depth` messages per direction, as on the
  * host, so the deadlock argument of design.md carries over (the only new waits are for the
- * local GPU, whose streams only ever wait for work queued earlier, so it always finishes).
+ * local GPU, whose streams only ever wait for work queued earlier, so it finishes unless that
+ * earlier work never does: gpu_timeout).
  */
 static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantine)
 {
@@ -587,14 +631,18 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             continue;
         }
         /* GPU work in flight cannot be waited for in poll(): only yield then (abort and
-         * remote failures are still checked); otherwise sleep on the sockets as the host
-         * engine does. Only an event that is not done counts: a slot held for a forward
+         * remote failures are still checked, and RING_TIMEOUT_MS without progress ends the
+         * wait: gpu_timeout); otherwise sleep on the sockets as the host engine does. Only an event that is not done counts: a slot held for a forward
          * whose send cannot be staged, or a staged send the transport refused, waits on the
          * network, and that wait must run into RING_TIMEOUT_MS (a stopped right neighbour
          * otherwise kept this rank, and every rank holding as it did, spinning for ever). */
         /* Nor can a CUDA IPC neighbour's page: yield while waiting on it, look at the
          * sockets for a dead peer every 100 ms, and time out as everywhere. */
         int ipc_wait = ic.tx < 0 || (ic.tx == 1 && ns_done < nsend) || (ic.rx == 1 && nr_arrived < nr_posted);
+        if (gpu_wait && now - last >= (int64_t)comm->params.timeout_ms * 1000000LL) {
+            rc = gpu_timeout(comm, S, op, now - last);
+            goto fail;
+        }
         int64_t idle = gpu_wait ? 0 : now - last;
         if (ipc_wait && idle <= (int64_t)comm->params.timeout_ms * 1000000LL) {
             idle = 0;
@@ -612,7 +660,7 @@ fail:
     if (!got_desc) ring__desc_salvage(comm, &rc, mydesc, theirdesc, "left neighbour", comm->peer_desc[0]);
     /* Requests still posted point into the pinned slots (and the descriptors into this frame,
      * which the host engine shares: a failed communicator is never driven again). */
-    if (rc != RING_OK && (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv || lsend || lrecv))
+    if (rc != RING_OK && (ns_posted > ns_done || nr_posted > nr_arrived || dsend || drecv || lsend || lrecv || S->stuck))
         *quarantine = 1;
     free(sdst);
     free(rsrc);
@@ -636,7 +684,7 @@ static ring_result_t whole_staged(ring_comm_t *comm, const ring__opdesc_t *op, i
     RING_CHECK(stage_whole_ensure(comm, S, bytes));
     if (!bcast || comm->rank == op->root) {
         RING_CHECK(ring__cuda_memcpy_async(comm, S->whole, op->sendbuf, bytes, S->st));
-        RING_CHECK(ring__cuda_stream_sync(comm, S->st));
+        RING_CHECK(drain(comm, comm, S, S->st, op));
     }
     ring__opdesc_t h = *op;
     h.sendbuf = h.recvbuf = S->whole;
@@ -648,7 +696,7 @@ static ring_result_t whole_staged(ring_comm_t *comm, const ring__opdesc_t *op, i
     }
     if (!bcast || comm->rank != op->root) {
         RING_CHECK(ring__cuda_memcpy_async(comm, op->recvbuf, S->whole, bytes, S->st));
-        RING_CHECK(ring__cuda_stream_sync(comm, S->st));
+        RING_CHECK(drain(comm, comm, S, S->st, op));
     }
     return RING_OK;
 fail:
@@ -664,7 +712,7 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
          * all-gather's only segment are the first count elements). */
         if (op->coll == RING__COLL_BROADCAST || op->sendbuf == op->recvbuf) return RING_OK;
         rc = ring__cuda_memcpy_async(comm, op->recvbuf, op->sendbuf, bytes, S->st);
-        return rc == RING_OK ? ring__cuda_stream_sync(comm, S->st) : rc;
+        return rc == RING_OK ? drain(comm, comm, S, S->st, op) : rc;
     }
     /* Every rank on this host with device buffers: read the peers' buffers in place. */
     int ran = 0;
@@ -683,8 +731,8 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
             RING_CHECK(ring__cuda_memcpy_async(comm, own, op->sendbuf, bytes, S->so));
     }
     rc = staged_engine(&sc, S, quarantine);
-    if (rc == RING_OK) rc = ring__cuda_stream_sync(comm, S->st);
-    if (rc == RING_OK) rc = ring__cuda_stream_sync(comm, S->so);
+    if (rc == RING_OK) rc = drain(comm, comm, S, S->st, op);
+    if (rc == RING_OK) rc = drain(comm, comm, S, S->so, op);
 fail:
     return rc;
 }
@@ -709,9 +757,22 @@ void ring__cuda_free_dead(ring_comm_t *comm)
     while (comm->cuda_dead) {
         stage_t *s = comm->cuda_dead;
         ring__cuda_devscope_t ds;
+        int st_done = 1, so_done = 1;
         comm->cuda_dead = s->next;
         (void)ring__cuda_device_enter(NULL, s->device, &ds); /* freed on its own device */
-        stage_destroy(s);
+        if (s->stuck && (ring__cuda_stream_query(NULL, s->st, &st_done) != RING_OK ||
+                         ring__cuda_stream_query(NULL, s->so, &so_done) != RING_OK))
+            st_done = so_done = 1; /* a sticky error: nothing will run any more */
+        if (st_done && so_done) {
+            stage_destroy(s);
+        } else {
+            /* Its copies may still run: freeing the pinned memory under them (or waiting in
+             * cudaFreeHost, which synchronizes with the device) is worse than the leak. */
+            RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
+                     "ring_comm_destroy: the staging memory of device %d is left allocated: the GPU still has "
+                     "not run the copies of a call that timed out",
+                     s->device);
+        }
         ring__cuda_device_leave(&ds);
     }
 }
@@ -726,14 +787,18 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     rc = stage_get(comm, op->device, &S);
     if (rc == RING_OK) {
         rc = run(comm, op, S, &quarantine);
-        /* Nothing queued may run after the call returned: wait for the stream, whatever
-         * failed (its own error goes to the thread's message, not the comm's). A stream that
-         * cannot be waited for (a sticky CUDA error) is not reused, nor freed while transport
-         * requests may still point into it (quarantine 1 says so: it goes to cuda_dead). */
-        if (rc != RING_OK &&
-            (ring__cuda_stream_sync(NULL, S->st) != RING_OK || ring__cuda_stream_sync(NULL, S->so) != RING_OK) &&
-            !quarantine)
-            quarantine = 2;
+        /* Nothing queued may run after the call returned: wait for the streams, whatever
+         * failed (their own error goes to the thread's message, not the comm's), for
+         * RING_TIMEOUT_MS at most, and not again when the GPU already ran out of it. A stream
+         * that cannot be waited for (a sticky CUDA error) is not reused, nor freed while
+         * transport requests may still point into it (quarantine 1 says so: it goes to
+         * cuda_dead); nor is one whose work did not finish in time (stuck). */
+        if (rc != RING_OK && !S->stuck) {
+            ring_result_t w = drain(comm, NULL, S, S->st, op);
+            if (w == RING_OK) w = drain(comm, NULL, S, S->so, op);
+            if (w != RING_OK && !quarantine) quarantine = 2;
+        }
+        if (S->stuck) quarantine = 1;
         if (quarantine == 2) stage_destroy(S);
         else if (!quarantine) stage_put(S);
         else {

@@ -114,8 +114,11 @@ void ring__cuda_dev_free(void *p); /* NULL is a no-op */
  */
 ring_result_t ring__cuda_stream_create(ring_comm_t *comm, ring__cuda_stream_t *s);
 void ring__cuda_stream_destroy(ring__cuda_stream_t s); /* NULL is a no-op */
-/* Wait for everything queued on s. */
+/* Wait for everything queued on s, with no bound (tests; the collectives poll with
+ * ring__cuda_stream_query and RING_TIMEOUT_MS instead). */
 ring_result_t ring__cuda_stream_sync(ring_comm_t *comm, ring__cuda_stream_t s);
+/* *done = 1 once everything queued on s has finished, else 0 (cudaStreamQuery). Never blocks. */
+ring_result_t ring__cuda_stream_query(ring_comm_t *comm, ring__cuda_stream_t s, int *done);
 /*
  * *idle = 1 when everything queued on s and on the legacy default stream has finished
  * (cudaStreamQuery on both), else 0. Queues nothing: a rank that only needs to know that its
@@ -185,6 +188,9 @@ int ring__cuda_emulating(void);
 /* Tests only: emulated many-input kernels (ring__cuda_reduce_multi, the direct path's) queued
  * from now on complete no sooner than ms after they were queued, as a long kernel would. */
 void ring__cuda_emu_set_kernel_delay(int ms);
+/* Tests only: emulated copies (ring__cuda_memcpy_async) queued from now on complete no sooner
+ * than ms after they were queued, as copies behind a kernel that does not end would. */
+void ring__cuda_emu_set_copy_delay(int ms);
 /* Tests only: each emulated cudaIpcOpenMemHandle from now on takes ms, as a first mapping of a
  * large allocation may. */
 void ring__cuda_emu_set_open_delay(int ms);

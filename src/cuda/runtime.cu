@@ -71,7 +71,7 @@ extern "C" ring_result_t ring__cuda_error(ring_comm_t *comm, int err, const char
 namespace {
 
 struct EmuOp {
-    int kind; /* 0 copy, 1 reduce, 2 many-input reduce */
+    int kind; /* 0 copy, 1 reduce, 2 many-input reduce, 3 wait: stream dst up to op n */
     void *dst;
     const void *a, *b;
     size_t n; /* bytes (copy) or elements (reduce) */
@@ -111,6 +111,7 @@ void emu_exec(const EmuOp &o)
 }
 
 int64_t emu_kernel_delay_ns; /* ring__cuda_emu_set_kernel_delay */
+int64_t emu_copy_delay_ns;   /* ring__cuda_emu_set_copy_delay */
 int emu_open_delay_ms; /* ring__cuda_emu_set_open_delay (__atomic: set by a test's thread) */
 
 /* Run queued work up to (excluding) op number upto. A touch (lazy) stops at a kernel that is
@@ -119,6 +120,14 @@ void emu_run(EmuStream *s, uint64_t upto, bool lazy = false)
 {
     while (s->done < upto && s->done < s->enq) {
         const EmuOp &o = s->q[s->done % s->cap];
+        if (o.kind == 3) {
+            /* No cycle: the op waited for was queued before this wait was. */
+            EmuStream *w = static_cast<EmuStream *>(o.dst);
+            emu_run(w, o.n, lazy);
+            if (w->done < o.n) return; /* lazy, and w is held by work not ready yet */
+            s->done++;
+            continue;
+        }
         for (int64_t now = ring__now_ns(); o.ready_ns > now; now = ring__now_ns()) {
             if (lazy) return;
             struct timespec nap = {0, (long)(o.ready_ns - now < 1000000 ? o.ready_ns - now : 1000000)};
@@ -178,6 +187,12 @@ extern "C" void ring__cuda_emu_set_kernel_delay(int ms)
 {
     EmuLock l;
     emu_kernel_delay_ns = (int64_t)ms * 1000000LL;
+}
+
+extern "C" void ring__cuda_emu_set_copy_delay(int ms)
+{
+    EmuLock l;
+    emu_copy_delay_ns = (int64_t)ms * 1000000LL;
 }
 
 extern "C" void ring__cuda_emu_set_open_delay(int ms) { __atomic_store_n(&emu_open_delay_ms, ms, __ATOMIC_RELAXED); }
@@ -377,6 +392,29 @@ extern "C" ring_result_t ring__cuda_stream_sync(ring_comm_t *comm, ring__cuda_st
     return RING_OK;
 }
 
+/* A cudaStreamQuery's or cudaEventQuery's answer: done, not yet (not an error), or an error. */
+static ring_result_t query_answer(ring_comm_t *comm, cudaError_t r, int *done, const char *what)
+{
+    *done = r == cudaSuccess;
+    if (r == cudaSuccess || r == cudaErrorNotReady) {
+        if (r == cudaErrorNotReady) (void)cudaGetLastError(); /* keep the slot clean */
+        return RING_OK;
+    }
+    return ring__cuda_error(comm, (int)r, what);
+}
+
+extern "C" ring_result_t ring__cuda_stream_query(ring_comm_t *comm, ring__cuda_stream_t s, int *done)
+{
+    if (emu_on) {
+        EmuLock l;
+        EmuStream *e = emu_stream(s);
+        emu_step(e);
+        *done = e->done >= e->enq;
+        return RING_OK;
+    }
+    return query_answer(comm, cudaStreamQuery(s), done, "cudaStreamQuery");
+}
+
 extern "C" ring_result_t ring__cuda_stream_idle(ring_comm_t *comm, ring__cuda_stream_t s, int *idle)
 {
     if (emu_on) {
@@ -444,22 +482,26 @@ extern "C" ring_result_t ring__cuda_event_query(ring_comm_t *comm, ring__cuda_ev
         *done = !v->s || v->s->done >= v->at;
         return RING_OK;
     }
-    cudaError_t r = cudaEventQuery(e);
-    *done = r == cudaSuccess;
-    if (r == cudaSuccess || r == cudaErrorNotReady) {
-        if (r == cudaErrorNotReady) (void)cudaGetLastError(); /* not an error; keep the slot clean */
-        return RING_OK;
-    }
-    return ring__cuda_error(comm, (int)r, "cudaEventQuery");
+    return query_answer(comm, cudaEventQuery(e), done, "cudaEventQuery");
 }
 
 extern "C" ring_result_t ring__cuda_stream_wait_event(ring_comm_t *comm, ring__cuda_stream_t s, ring__cuda_event_t e)
 {
     if (emu_on) {
-        /* One queue per stream: make the event's stream reach it now (stricter than needed). */
+        /* Make the event's stream reach it now (stricter than needed), unless work not ready
+         * yet (a delay) holds it: then a wait in s, which holds s as long. Such a wait reads
+         * the other stream when it runs, so a stream is destroyed only once the streams
+         * waiting for it are idle (coll.c frees a set only then). */
         EmuLock l;
         EmuEvent *v = reinterpret_cast<EmuEvent *>(e);
-        if (v->s && v->s != emu_stream(s)) emu_run(v->s, v->at);
+        EmuStream *me = emu_stream(s);
+        if (v->s && v->s != me) {
+            emu_run(v->s, v->at, true);
+            if (v->s->done < v->at) {
+                EmuOp o = {3, v->s, NULL, NULL, (size_t)v->at, RING_UINT8, RING_SUM, 0, 0, 0, {}, {}, 0};
+                if (!emu_push(me, o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
+            }
+        }
         return RING_OK;
     }
     CU_CHECK(comm, cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
@@ -472,7 +514,8 @@ extern "C" ring_result_t ring__cuda_memcpy_async(ring_comm_t *comm, void *dst, c
     if (!bytes) return RING_OK;
     if (emu_on) {
         EmuLock l;
-        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, 0, {}, {}, 0};
+        EmuOp o = {0, dst, src, NULL, bytes, RING_UINT8, RING_SUM, 0, 0, 0, {}, {},
+                   emu_copy_delay_ns ? ring__now_ns() + emu_copy_delay_ns : 0};
         if (!emu_push(emu_stream(s), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
         return RING_OK;
     }
