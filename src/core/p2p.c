@@ -253,22 +253,22 @@ typedef struct slot {
     int posted, done;
 } slot;
 
-int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int *relooked)
+int ring__wait_stop(ring_comm_t *comm, int64_t idle_ns, int *relooked)
 {
-    if (atomic_load_explicit(&((ring_comm_t *)comm)->aborted, memory_order_acquire)) return RING__WAIT_ABORTED;
-    if (atomic_load_explicit(&((ring_comm_t *)comm)->remote_failed, memory_order_acquire)) return RING__WAIT_REMOTE;
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire)) return RING__WAIT_ABORTED;
+    if (atomic_load_explicit(&comm->remote_failed, memory_order_acquire)) return RING__WAIT_REMOTE;
     /* A rank that left may have done all this wait needs before it left: the caller may only
      * have been slow to look (descheduled between its look and this check while the others
      * finished the call and destroyed their communicators). So a goodbye first buys one more
      * look, and ends the wait only if that look, too, found nothing new. */
-    if (relooked && ring__watch_someone_left((ring_comm_t *)comm) >= 0) {
+    if (relooked && ring__watch_someone_left(comm) >= 0) {
         if (*relooked) return RING__WAIT_LEFT;
         *relooked = 1;
     }
     /* Ranks whose calls picked different algorithms may never exchange a message, so nothing
      * here would see the difference before the timeout: the root compares the stuck calls
      * (watch.c). Once per call, and only from a call stuck this long. */
-    if (idle_ns >= ring__stuck_ns(comm)) ring__watch_stuck((ring_comm_t *)comm);
+    if (idle_ns >= ring__stuck_ns(comm)) ring__watch_stuck(comm);
     if (idle_ns > (int64_t)comm->params.timeout_ms * 1000000LL) return RING__WAIT_TIMEOUT;
     return RING__WAIT_GO_ON;
 }

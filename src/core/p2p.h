@@ -71,7 +71,7 @@ ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns,
  * sm.c, src/cuda/direct.c), which also stop when a rank said goodbye (relooked non-NULL: a
  * rank that left by ring_comm_destroy, RING__WAIT_LEFT). The first goodbye seen only sets
  * *relooked and goes on, for one more look; the caller clears it whenever it sees progress. */
-int ring__wait_stop(const ring_comm_t *comm, int64_t idle_ns, int *relooked);
+int ring__wait_stop(ring_comm_t *comm, int64_t idle_ns, int *relooked);
 /* The error of such a stop: the remote failure as reported, else "<collective> #<seq> (<how>)
  * <aborted | timed out | failed> while waiting for <who> to <doing>". */
 ring_result_t ring__wait_stop_error(ring_comm_t *comm, const ring__opdesc_t *op, int stop, const char *how,
