@@ -805,14 +805,17 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     while (atomic_load_explicit(&comm->aborting, memory_order_acquire)) ring__nap_ns(1000000);
     ring__watch_stop(comm);
 #if RING_HAVE_CUDA
-    ring__cuda_ipc_fini(comm); /* before the network: it waits for the receiver's last reads */
+    /* A call whose GPU work timed out and has not finished since: the memory that work uses
+     * is not freed (src/cuda/coll.c gpu_timeout). */
+    const int gpu_busy = ring__cuda_dead_busy(comm);
+    ring__cuda_ipc_fini(comm, gpu_busy); /* before the network: it waits for the receiver's last reads */
     ring__direct_fini(comm);
 #endif
     ring__sm_fini(comm);
     release_network(comm); /* drops the verbs registrations with their device */
 #if RING_HAVE_CUDA
     ring__cuda_free_dead(comm); /* nothing can write into them any more */
-    ring__cuda_gdr_fini(comm); /* its registrations went with the verbs context */
+    ring__cuda_gdr_fini(comm, gpu_busy); /* its registrations went with the verbs context */
 #endif
     while (comm->regs) {
         struct ring_reg *n = comm->regs->next;

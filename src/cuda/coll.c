@@ -236,26 +236,49 @@ static ring_result_t gpu_timeout(ring_comm_t *comm, stage_t *S, const ring__opde
                         (long long)(waited_ns / 1000000), comm->params.timeout_ms);
 }
 
-/* Everything queued on s, waited for on the host until RING_TIMEOUT_MS: polled with a yield
- * between tries, as cudaStreamSynchronize itself waits by default (it spins, or yields where
- * the CPUs are fewer than the contexts); a nap would add its length to the end of every call.
- * report NULL: a failed call's cleanup, which keeps the call's own error. */
+/* Everything queued on s, waited for on the host until RING_TIMEOUT_MS after *since (0: from
+ * now; the waits of one phase share a clock). Polled with a yield between tries for 10 ms, as
+ * cudaStreamSynchronize waits by default (it spins, or yields where the CPUs are fewer than
+ * the contexts), since a nap would add its length to the end of every call; then with 100 us
+ * naps, so that a long wait does not hold a CPU. Neither an abort nor a peer's failure ends
+ * it: the copies would still write recvbuf after the return. report NULL: a failed call's
+ * cleanup, which keeps the call's own error. */
 static ring_result_t drain(ring_comm_t *comm, ring_comm_t *report, stage_t *S, ring__cuda_stream_t s,
-                           const ring__opdesc_t *op)
+                           const ring__opdesc_t *op, int64_t *since)
 {
-    const int64_t start = ring__now_ns(), bound = (int64_t)comm->params.timeout_ms * 1000000LL;
+    const int64_t bound = (int64_t)comm->params.timeout_ms * 1000000LL;
+    if (!*since) *since = ring__now_ns();
     for (;;) {
         int done = 0;
         ring_result_t rc = ring__cuda_stream_query(report, s, &done);
         if (rc != RING_OK || done) return rc;
-        const int64_t waited = ring__now_ns() - start;
+        const int64_t waited = ring__now_ns() - *since;
         if (waited >= bound) {
             if (report) return gpu_timeout(report, S, op, waited);
             S->stuck = 1;
             return RING_ERR_TIMEOUT;
         }
-        sched_yield();
+        if (waited < 10000000) sched_yield();
+        else ring__nap_ns(100000);
     }
+}
+
+/* Memory that a GPU which did not finish its work may still use (ring_comm_destroy): never
+ * freed, and kept reachable here, so that leak checkers do not call it lost. */
+static pthread_mutex_t left_mu = PTHREAD_MUTEX_INITIALIZER;
+static void **left;
+static size_t nleft, capleft;
+
+void ring__cuda_leave(void *p)
+{
+    pthread_mutex_lock(&left_mu);
+    if (nleft == capleft) {
+        size_t cap = capleft ? 2 * capleft : 8;
+        void **n = realloc(left, cap * sizeof *n);
+        if (n) left = n, capleft = cap;
+    }
+    if (nleft < capleft) left[nleft++] = p;
+    pthread_mutex_unlock(&left_mu);
 }
 
 /* ---------- the staged ring engine ---------- */
@@ -631,8 +654,8 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             continue;
         }
         /* GPU work in flight cannot be waited for in poll(): only yield then (abort and
-         * remote failures are still checked, and RING_TIMEOUT_MS without progress ends the
-         * wait: gpu_timeout); otherwise sleep on the sockets as the host engine does. Only an event that is not done counts: a slot held for a forward
+         * remote failures are still checked, and RING_TIMEOUT_MS without progress ends
+         * the wait: gpu_timeout); otherwise sleep on the sockets as the host engine does. Only an event that is not done counts: a slot held for a forward
          * whose send cannot be staged, or a staged send the transport refused, waits on the
          * network, and that wait must run into RING_TIMEOUT_MS (a stopped right neighbour
          * otherwise kept this rank, and every rank holding as it did, spinning for ever). */
@@ -683,8 +706,9 @@ static ring_result_t whole_staged(ring_comm_t *comm, const ring__opdesc_t *op, i
     ring_result_t rc;
     RING_CHECK(stage_whole_ensure(comm, S, bytes));
     if (!bcast || comm->rank == op->root) {
+        int64_t since = 0;
         RING_CHECK(ring__cuda_memcpy_async(comm, S->whole, op->sendbuf, bytes, S->st));
-        RING_CHECK(drain(comm, comm, S, S->st, op));
+        RING_CHECK(drain(comm, comm, S, S->st, op, &since));
     }
     ring__opdesc_t h = *op;
     h.sendbuf = h.recvbuf = S->whole;
@@ -695,8 +719,9 @@ static ring_result_t whole_staged(ring_comm_t *comm, const ring__opdesc_t *op, i
         return rc;
     }
     if (!bcast || comm->rank != op->root) {
+        int64_t since = 0;
         RING_CHECK(ring__cuda_memcpy_async(comm, op->recvbuf, S->whole, bytes, S->st));
-        RING_CHECK(drain(comm, comm, S, S->st, op));
+        RING_CHECK(drain(comm, comm, S, S->st, op, &since));
     }
     return RING_OK;
 fail:
@@ -706,13 +731,14 @@ fail:
 static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S, int *quarantine)
 {
     const size_t es = ring_dtype_size(op->dtype), bytes = op->count * es;
+    int64_t since = 0;
     ring_result_t rc;
     if (comm->nranks == 1) {
         /* One rank: the result is the input, as on the host (reduce-scatter's segment 0 and
          * all-gather's only segment are the first count elements). */
         if (op->coll == RING__COLL_BROADCAST || op->sendbuf == op->recvbuf) return RING_OK;
         rc = ring__cuda_memcpy_async(comm, op->recvbuf, op->sendbuf, bytes, S->st);
-        return rc == RING_OK ? drain(comm, comm, S, S->st, op) : rc;
+        return rc == RING_OK ? drain(comm, comm, S, S->st, op, &since) : rc;
     }
     /* Every rank on this host with device buffers: read the peers' buffers in place. */
     int ran = 0;
@@ -731,8 +757,8 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
             RING_CHECK(ring__cuda_memcpy_async(comm, own, op->sendbuf, bytes, S->so));
     }
     rc = staged_engine(&sc, S, quarantine);
-    if (rc == RING_OK) rc = drain(comm, comm, S, S->st, op);
-    if (rc == RING_OK) rc = drain(comm, comm, S, S->so, op);
+    if (rc == RING_OK) rc = drain(comm, comm, S, S->st, op, &since);
+    if (rc == RING_OK) rc = drain(comm, comm, S, S->so, op, &since);
 fail:
     return rc;
 }
@@ -752,27 +778,44 @@ void ring__cuda_device_leave(const ring__cuda_devscope_t *s)
     if (s->restore && s->prev != s->dev) (void)ring__cuda_set_device(NULL, s->prev);
 }
 
+/* Whether a stuck set of comm's failed calls still has GPU work (on its own device). */
+static int set_busy(stage_t *s)
+{
+    int st_done = 1, so_done = 1;
+    if (!s->stuck) return 0;
+    ring__cuda_devscope_t ds;
+    (void)ring__cuda_device_enter(NULL, s->device, &ds);
+    if (ring__cuda_stream_query(NULL, s->st, &st_done) != RING_OK || ring__cuda_stream_query(NULL, s->so, &so_done) != RING_OK)
+        st_done = so_done = 1; /* a sticky error: nothing will run any more */
+    ring__cuda_device_leave(&ds);
+    return !(st_done && so_done);
+}
+
+int ring__cuda_dead_busy(ring_comm_t *comm)
+{
+    for (stage_t *s = comm->cuda_dead; s; s = s->next)
+        if (set_busy(s)) return 1;
+    return 0;
+}
+
 void ring__cuda_free_dead(ring_comm_t *comm)
 {
     while (comm->cuda_dead) {
         stage_t *s = comm->cuda_dead;
         ring__cuda_devscope_t ds;
-        int st_done = 1, so_done = 1;
         comm->cuda_dead = s->next;
-        (void)ring__cuda_device_enter(NULL, s->device, &ds); /* freed on its own device */
-        if (s->stuck && (ring__cuda_stream_query(NULL, s->st, &st_done) != RING_OK ||
-                         ring__cuda_stream_query(NULL, s->so, &so_done) != RING_OK))
-            st_done = so_done = 1; /* a sticky error: nothing will run any more */
-        if (st_done && so_done) {
-            stage_destroy(s);
-        } else {
+        if (set_busy(s)) {
             /* Its copies may still run: freeing the pinned memory under them (or waiting in
              * cudaFreeHost, which synchronizes with the device) is worse than the leak. */
             RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
                      "ring_comm_destroy: the staging memory of device %d is left allocated: the GPU still has "
                      "not run the copies of a call that timed out",
                      s->device);
+            ring__cuda_leave(s);
+            continue;
         }
+        (void)ring__cuda_device_enter(NULL, s->device, &ds); /* freed on its own device */
+        stage_destroy(s);
         ring__cuda_device_leave(&ds);
     }
 }
@@ -794,9 +837,15 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
          * transport requests may still point into it (quarantine 1 says so: it goes to
          * cuda_dead); nor is one whose work did not finish in time (stuck). */
         if (rc != RING_OK && !S->stuck) {
-            ring_result_t w = drain(comm, NULL, S, S->st, op);
-            if (w == RING_OK) w = drain(comm, NULL, S, S->so, op);
-            if (w != RING_OK && !quarantine) quarantine = 2;
+            int64_t since = 0;
+            ring_result_t w = drain(comm, NULL, S, S->st, op, &since);
+            if (w == RING_OK) w = drain(comm, NULL, S, S->so, op, &since);
+            if (S->stuck)
+                RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
+                         "%s #%llu failed, and the GPU (device %d) has not finished its copies and kernels %d ms "
+                         "later: they may still write recvbuf",
+                         ring__coll_name(op->coll), (unsigned long long)op->seq, S->device, comm->params.timeout_ms);
+            else if (w != RING_OK && !quarantine) quarantine = 2;
         }
         if (S->stuck) quarantine = 1;
         if (quarantine == 2) stage_destroy(S);

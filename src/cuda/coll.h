@@ -33,7 +33,14 @@ typedef struct ring__cuda_devscope {
 ring_result_t ring__cuda_device_enter(ring_comm_t *comm, int dev, ring__cuda_devscope_t *s);
 void ring__cuda_device_leave(const ring__cuda_devscope_t *s);
 
-/* ring_comm_destroy, once the connections are closed: free the staging sets of failed calls. */
+/* ring_comm_destroy, once the connections are closed: free the staging sets of failed calls
+ * (not those whose GPU work, which timed out, has still not finished: ring__cuda_leave). */
 void ring__cuda_free_dead(ring_comm_t *comm);
+/* ring_comm_destroy: 1 while the GPU work of a call of comm that timed out (gpu_timeout in
+ * coll.c) has not finished: memory it copies into or reads must not be freed (CUDA IPC
+ * slots, GPUDirect slots). */
+int ring__cuda_dead_busy(ring_comm_t *comm);
+/* Never free p, and keep it reachable: memory such GPU work may still use. */
+void ring__cuda_leave(void *p);
 
 #endif

@@ -151,11 +151,21 @@ void ring__cuda_gdr_counts(ring_comm_t *comm, uint64_t *tx, uint64_t *rx)
     *rx = s ? s->g.nrx : 0;
 }
 
-void ring__cuda_gdr_fini(ring_comm_t *comm)
+void ring__cuda_gdr_fini(ring_comm_t *comm, int gpu_busy)
 {
     gdr_state *s = comm->cuda_gdr;
     if (!s) return;
+    comm->cuda_gdr = NULL;
+    if (gpu_busy && (s->g.sbuf || s->g.rbuf)) {
+        /* Copies of a call that timed out may still write the send slots and kernels read
+         * the receive slots; cudaFree would wait for them, or free memory under them. */
+        RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
+                 "ring_comm_destroy: the GPUDirect slots of device %d are left allocated: the GPU still has not "
+                 "run the work of a call that timed out",
+                 s->g.device);
+        ring__cuda_leave(s);
+        return;
+    }
     slots_free(s);
     free(s);
-    comm->cuda_gdr = NULL;
 }

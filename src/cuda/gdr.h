@@ -33,6 +33,6 @@ ring_result_t ring__gdr_slots(ring_comm_t *comm, int device, size_t slot, int de
 void ring__cuda_gdr_counts(ring_comm_t *comm, uint64_t *tx, uint64_t *rx);
 /* ring_comm_destroy, after the network is gone (the registrations went with the verbs
  * context): free the device memory. */
-void ring__cuda_gdr_fini(ring_comm_t *comm);
+void ring__cuda_gdr_fini(ring_comm_t *comm, int gpu_busy);
 
 #endif

@@ -54,7 +54,8 @@ void ring__ipc_rx_release(ring_comm_t *comm, uint64_t upto);
 
 /* Tests: messages moved over each link so far (0 where it is not CUDA IPC). */
 void ring__cuda_ipc_counts(ring_comm_t *comm, uint64_t *tx, uint64_t *rx);
-/* ring_comm_destroy: wait (bounded) until the receiver is done with our slots, then free. */
-void ring__cuda_ipc_fini(ring_comm_t *comm);
+/* ring_comm_destroy: wait (bounded) until the receiver is done with our slots, then free
+ * (gpu_busy: ring__cuda_dead_busy; the slots are then left allocated). */
+void ring__cuda_ipc_fini(ring_comm_t *comm, int gpu_busy);
 
 #endif
