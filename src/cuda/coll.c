@@ -654,11 +654,12 @@ static ring_result_t staged_engine(ring__sched_t *sc, stage_t *S, int *quarantin
             continue;
         }
         /* GPU work in flight cannot be waited for in poll(): only yield then (abort and
-         * remote failures are still checked, and RING_TIMEOUT_MS without progress ends
-         * the wait: gpu_timeout); otherwise sleep on the sockets as the host engine does. Only an event that is not done counts: a slot held for a forward
-         * whose send cannot be staged, or a staged send the transport refused, waits on the
-         * network, and that wait must run into RING_TIMEOUT_MS (a stopped right neighbour
-         * otherwise kept this rank, and every rank holding as it did, spinning for ever). */
+         * remote failures are still checked, and RING_TIMEOUT_MS without progress ends the
+         * wait: gpu_timeout); otherwise sleep on the sockets as the host engine does. Only
+         * an event that is not done counts: a slot held for a forward whose send cannot be
+         * staged, or a staged send the transport refused, waits on the network, and that
+         * wait must run into RING_TIMEOUT_MS (a stopped right neighbour otherwise kept this
+         * rank, and every rank holding as it did, spinning for ever). */
         /* Nor can a CUDA IPC neighbour's page: yield while waiting on it, look at the
          * sockets for a dead peer every 100 ms, and time out as everywhere. */
         int ipc_wait = ic.tx < 0 || (ic.tx == 1 && ns_done < nsend) || (ic.rx == 1 && nr_arrived < nr_posted);
