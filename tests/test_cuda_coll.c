@@ -51,7 +51,8 @@
  *            staging) or 1 MiB (the staged ring). Rank 1, the only one on a short
  *            RING_TIMEOUT_MS, must return RING_ERR_TIMEOUT naming its GPU within that timeout
  *            and 2 s, the others an error that passes that on, within 10 s, and rank 1's
- *            ring_comm_destroy must not wait for the GPU (2 s at most).
+ *            ring_comm_destroy must not wait for the GPU (2 s at most). With --expect-ipc
+ *            the first (working) call must have gone over CUDA IPC links.
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
  * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
@@ -463,6 +464,16 @@ int main(int argc, char **argv)
         if (rc != RING_OK) {
             fprintf(stderr, "rank %d: first all-reduce: %s\n", rank, ring_comm_last_error(comm));
             return 1;
+        }
+        if (expect_ipc) {
+            /* The stuck call must be one whose messages go over CUDA IPC links (their slots
+             * are what destroy must leave then). */
+            uint64_t tx = 0, rx = 0;
+            ring__cuda_ipc_counts(comm, &tx, &rx);
+            if (!tx || !rx) {
+                fprintf(stderr, "rank %d: expected the first all-reduce over CUDA IPC (RING_CUDA_IPC=ring)\n", rank);
+                return 1;
+            }
         }
         if (rank == 1) ring__cuda_emu_set_copy_delay(60000);
         const double t0 = now_s();
