@@ -423,16 +423,11 @@ void ring__cuda_ipc_fini(ring_comm_t *comm, int gpu_busy)
     if (gpu_busy && (t->mem || r->mem)) {
         /* Copies of a call that timed out may still write our slots, and kernels read the
          * left neighbour's: neither is freed nor closed (that would wait for them, or pull
-         * the memory from under them). The pages and the file are host memory. */
+         * the memory from under them); the pages and the file, host memory, go as usual. */
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
                  "ring_comm_destroy: the CUDA IPC slots are left allocated and mapped: the GPU still has not run "
                  "the work of a call that timed out");
-        if (t->pg) munmap(t->pg, PAGE_BYTES);
-        if (t->path[0]) unlink(t->path);
-        if (r->pg) munmap(r->pg, PAGE_BYTES);
-        ring__cuda_leave(x);
-        comm->cuda_ipc = NULL;
-        return;
+        t->mem = r->mem = NULL;
     }
     /* Freed on the device the memory belongs to (both links are on the communicator's). */
     ring__cuda_devscope_t ds = {0};
