@@ -45,10 +45,12 @@
  *            and the stopped one must return an error within 10 s, on its own clock: rank 0
  *            is given RING_TIMEOUT_MS=60000, so that its timeout cannot rescue the others.
  *            Ranks 0 and the stopped one must return an error too.
- * --gpu-stuck small|ring  rank 1's GPU stops finishing the copies ringcomm queues (emulated:
- *            each takes 60 s, as copies behind a caller's kernel on the legacy default
- *            stream that does not end would) in an all-reduce of 5 floats (whole-buffer
- *            staging) or 1 MiB (the staged ring). Rank 1, the only one on a short
+ * --gpu-stuck small|ring|direct  rank 1's GPU stops finishing the copies and kernels ringcomm
+ *            queues (emulated: each takes 60 s, as work behind a caller's kernel on the legacy
+ *            default stream that does not end would) in an all-reduce of 5 floats
+ *            (whole-buffer staging) or 1 MiB (the staged ring; direct: a direct collective,
+ *            run with RING_CUDA_DIRECT_WORK=each so that rank 1 has a kernel of its own, and
+ *            whose first call must have run directly). Rank 1, the only one on a short
  *            RING_TIMEOUT_MS, must return RING_ERR_TIMEOUT naming its GPU within that timeout
  *            and 2 s, the others an error that passes that on, within 10 s, and rank 1's
  *            ring_comm_destroy must not wait for the GPU (2 s at most). With --expect-ipc
@@ -258,6 +260,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--late-map")) late_map = 1;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "small")) gpu_stuck = 1, i++;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "ring")) gpu_stuck = 2, i++;
+        else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "direct")) gpu_stuck = 3, i++;
         else if (!strcmp(argv[i], "--depth-change") && i + 1 < argc) depth_change = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "one")) expect_one = 1, i++;
         else if (!strcmp(argv[i], "--expect-work") && i + 1 < argc && !strcmp(argv[i + 1], "each")) expect_one = 0, i++;
@@ -266,7 +269,7 @@ int main(int argc, char **argv)
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
                     "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n"
-                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring]\n",
+                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring|direct]\n",
                     argv[0]);
             return 2;
         }
@@ -475,7 +478,11 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        if (rank == 1) ring__cuda_emu_set_copy_delay(60000);
+        if (gpu_stuck == 3 && ring__cuda_direct_count(comm) != 1) {
+            fprintf(stderr, "rank %d: expected the first all-reduce to run directly over CUDA IPC\n", rank);
+            return 1;
+        }
+        if (rank == 1) ring__cuda_emu_set_copy_delay(60000), ring__cuda_emu_set_kernel_delay(60000);
         const double t0 = now_s();
         rc = ring_allreduce(comm, buf, buf, count, RING_FLOAT32, RING_SUM);
         const double s = now_s() - t0;

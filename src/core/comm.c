@@ -806,10 +806,10 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     ring__watch_stop(comm);
 #if RING_HAVE_CUDA
     /* A call whose GPU work timed out and has not finished since: the memory that work uses
-     * is not freed (src/cuda/coll.c gpu_timeout). */
+     * is not freed, nor unmapped (src/cuda/coll.c gpu_timeout). */
     const int gpu_busy = ring__cuda_dead_busy(comm);
     ring__cuda_ipc_fini(comm, gpu_busy); /* before the network: it waits for the receiver's last reads */
-    ring__direct_fini(comm);
+    ring__direct_fini(comm, gpu_busy);
 #endif
     ring__sm_fini(comm);
     release_network(comm); /* drops the verbs registrations with their device */

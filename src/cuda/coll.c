@@ -224,16 +224,21 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
  * does not end (or a hung GPU) holds them for ever. Every wait for them is bounded by
  * RING_TIMEOUT_MS and ends in this error; the set is then marked stuck: never reused, never
  * freed under the GPU (ring__cuda_free_dead). */
-static ring_result_t gpu_timeout(ring_comm_t *comm, stage_t *S, const ring__opdesc_t *op, int64_t waited_ns)
+ring_result_t ring__cuda_gpu_timeout(ring_comm_t *comm, const ring__opdesc_t *op, int64_t waited_ns)
 {
-    S->stuck = 1;
     return ring__seterr(comm, RING_ERR_TIMEOUT,
                         "%s #%llu: timed out: the GPU (device %d) has not finished the copies and kernels ringcomm "
                         "queued for this call in %lld ms (RING_TIMEOUT_MS is %d): they run after work queued "
                         "earlier on the device's legacy default stream (a kernel there that does not end?), or "
                         "the GPU hangs; they may still write recvbuf when they run",
-                        ring__coll_name(op->coll), (unsigned long long)op->seq, S->device,
+                        ring__coll_name(op->coll), (unsigned long long)op->seq, op->device,
                         (long long)(waited_ns / 1000000), comm->params.timeout_ms);
+}
+
+static ring_result_t gpu_timeout(ring_comm_t *comm, stage_t *S, const ring__opdesc_t *op, int64_t waited_ns)
+{
+    S->stuck = 1;
+    return ring__cuda_gpu_timeout(comm, op, waited_ns);
 }
 
 /* Everything queued on s, waited for on the host until RING_TIMEOUT_MS after *since (0: from
@@ -742,8 +747,9 @@ static ring_result_t run(ring_comm_t *comm, const ring__opdesc_t *op, stage_t *S
         return rc == RING_OK ? drain(comm, comm, S, S->st, op, &since) : rc;
     }
     /* Every rank on this host with device buffers: read the peers' buffers in place. */
-    int ran = 0;
-    rc = ring__direct_run(comm, op, S->st, &ran);
+    int ran = 0, stuck = 0;
+    rc = ring__direct_run(comm, op, S->st, &ran, &stuck);
+    if (stuck) S->stuck = 1;
     if (rc != RING_OK || ran) return rc;
     int algo = ring__algo_for(comm, op->coll, bytes);
     if (algo == RING__ALGO_RD || algo == RING__ALGO_RH || algo == RING__ALGO_TREE)

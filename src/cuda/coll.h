@@ -33,6 +33,10 @@ typedef struct ring__cuda_devscope {
 ring_result_t ring__cuda_device_enter(ring_comm_t *comm, int dev, ring__cuda_devscope_t *s);
 void ring__cuda_device_leave(const ring__cuda_devscope_t *s);
 
+/* The error of a wait for the GPU (the calling thread's device, op->device) that reached
+ * RING_TIMEOUT_MS after waited_ns: the same text on the staged and the direct path. */
+ring_result_t ring__cuda_gpu_timeout(ring_comm_t *comm, const ring__opdesc_t *op, int64_t waited_ns);
+
 /* ring_comm_destroy, once the connections are closed: free the staging sets of failed calls
  * (not those whose GPU work, which timed out, has still not finished: ring__cuda_leave). */
 void ring__cuda_free_dead(ring_comm_t *comm);

@@ -136,6 +136,7 @@ typedef struct direct {
     unsigned char uuid[RING__CUDA_UUID_LEN];
     uint32_t pid;   /* this process, for the records (getpid() is a system call, once per call) */
     ring__cuda_event_t ev; /* made on the first direct call */
+    int stuck;             /* this call: the own GPU did not finish within RING_TIMEOUT_MS */
     /* Per call, nranks each: the records read, which of them arrived, every rank's sendbuf
      * and recvbuf as this process addresses them (own: the call's; peers': mapped, NULL where
      * this rank does not touch them). */
@@ -195,7 +196,7 @@ fail:
     return rc;
 }
 
-void ring__direct_fini(ring_comm_t *comm)
+void ring__direct_fini(ring_comm_t *comm, int gpu_busy)
 {
     direct_t *d = comm->cuda_direct;
     if (!d) return;
@@ -204,7 +205,14 @@ void ring__direct_fini(ring_comm_t *comm)
      * in whichever device the destroying thread has current. */
     ring__cuda_devscope_t ds;
     int entered = d->device >= 0 && ring__cuda_device_enter(NULL, d->device, &ds) == RING_OK;
-    for (size_t i = 0; i < (size_t)comm->nranks * MAPS; i++) ring__cuda_ipc_close(d->maps[i].base, d->maps[i].size);
+    /* A kernel of a call that timed out may still read and write through the mappings:
+     * unmapping them under it would fault the caller's context; they go with the process. */
+    if (gpu_busy)
+        RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
+                 "ring_comm_destroy: the peers' buffers stay mapped (direct CUDA IPC): the GPU still has not "
+                 "run the work of a call that timed out");
+    for (size_t i = 0; !gpu_busy && i < (size_t)comm->nranks * MAPS; i++)
+        ring__cuda_ipc_close(d->maps[i].base, d->maps[i].size);
     ring__cuda_event_destroy(d->ev);
     if (entered) ring__cuda_device_leave(&ds);
     direct_free(d);
@@ -342,9 +350,25 @@ static const char *stage_text(int stage, ring__coll_t coll)
     return coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER ? "reduce its block" : "copy its blocks";
 }
 
+/* A rank that reached stage 1 of op and then failed (an abort, a timeout, a peer's failure)
+ * has returned or is about to: its buffers are not this call's any more. */
+static int withdrew(const direct_t *d, int p, const ring__opdesc_t *op)
+{
+    return atomic_load_explicit(&d->row[p].withdrawn, memory_order_seq_cst) == op->seq + 1;
+}
+
+static ring_result_t withdrawn_error(ring_comm_t *comm, const ring__opdesc_t *op, int p)
+{
+    char peer[160];
+    ring__peer_desc(comm, p, peer, sizeof peer);
+    return ring__seterr(comm, RING_ERR_PEER, "%s #%llu: %s failed in the direct CUDA IPC call after it had entered",
+                        ring__coll_name(op->coll), (unsigned long long)op->seq, peer);
+}
+
 /*
  * Wait until every rank's record of this call is there (W_RECORDS: d->recs filled), every
- * rank reached progress `target` (W_STAGE), or this rank's event finished (W_GPU).
+ * rank reached progress `target` (W_STAGE; a rank that withdrew never will), or this rank's
+ * event finished (W_GPU; its timeout marks the call stuck: d->stuck).
  */
 static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, int what, uint64_t target)
 {
@@ -372,6 +396,10 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
                     if (r > 0) d->got[p] = 1, moved = 1;
                     else done = 0, lag = p;
                 } else if (atomic_load_explicit(&d->row[p].progress, memory_order_acquire) < target) {
+                    if (withdrew(d, p, op)) {
+                        rc = withdrawn_error(comm, op, p);
+                        goto fail;
+                    }
                     done = 0;
                     lag = p;
                     break;
@@ -382,6 +410,11 @@ static ring_result_t wait_for(ring_comm_t *comm, direct_t *d, const ring__opdesc
         int64_t now = ring__now_ns();
         if (moved) last = now, relooked = 0;
         int stop = ring__wait_stop(comm, now - last, what != W_GPU ? &relooked : NULL);
+        if (stop == RING__WAIT_TIMEOUT && what == W_GPU) {
+            d->stuck = 1;
+            rc = ring__cuda_gpu_timeout(comm, op, now - last);
+            goto fail;
+        }
         if (stop != RING__WAIT_GO_ON) {
             char peer[160] = "this rank's GPU";
             if (what != W_GPU) ring__peer_desc(comm, lag, peer, sizeof peer);
@@ -418,12 +451,14 @@ static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t 
  * rank at stage 1 queues work that reads and writes this rank's buffers. The work this rank
  * queued (queued: on stream st) reads and writes peers' buffers, and a peer reuses or frees
  * them once its call returned, even with an error: so this rank says when its work finished
- * (row.worked), and a failed call first withdraws (row.withdrawn: a peer that reaches stage 1
- * later sees it and queues nothing), then returns only once every rank that had reached stage
- * 1 said its work finished or is gone. An abort or a peer's failure does not cut these waits
- * short (the GPU finishes what it was given: a kernel of the direct path takes milliseconds);
- * RING_TIMEOUT_MS bounds them. On success stage 2 already said all of it. Errors here keep
- * the call's first error.
+ * (row.worked, as soon as it did), and a failed call first withdraws (row.withdrawn: a peer
+ * that reaches stage 1 later sees it and queues nothing, one waiting at a stage stops), then
+ * returns only once every rank that had reached stage 1 said its work finished or is gone. An
+ * abort or a peer's failure does not cut these waits short (the GPU finishes what it was
+ * given: a kernel of the direct path takes milliseconds); RING_TIMEOUT_MS bounds them, once:
+ * work that already had RING_TIMEOUT_MS (d->stuck) is not waited for again, nor is it said
+ * finished. On success stage 2 already said all of it. Errors here keep the call's first
+ * error.
  */
 static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, struct CUstream_st *st, int queued,
                    ring_result_t rc, const rec_t *recs)
@@ -432,15 +467,18 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
     const uint64_t mark = op->seq + 1, stage1 = stage_mark(op, 1);
     int done = !queued || rc == RING_OK;
     /* Recorded again: the call may have failed between queueing and recording. */
-    if (!done && ring__cuda_event_record(NULL, d->ev, st) == RING_OK)
+    if (!done && !d->stuck && ring__cuda_event_record(NULL, d->ev, st) == RING_OK) {
         while (ring__now_ns() - start < bound && ring__cuda_event_query(NULL, d->ev, &done) == RING_OK && !done)
             ring__nap_ns(50000);
+        if (!done && ring__now_ns() - start >= bound) d->stuck = 1;
+    }
     if (done) atomic_store_explicit(&d->row[comm->rank].worked, mark, memory_order_release);
     if (rc == RING_OK) return;
     atomic_store_explicit(&d->row[comm->rank].withdrawn, mark, memory_order_seq_cst);
     for (int p = 0; p < comm->nranks; p++) {
-        /* Not at stage 1 now: it sees the withdrawal when it gets there (stage()). */
-        if (atomic_load_explicit(&d->row[p].progress, memory_order_seq_cst) < stage1) continue;
+        /* Not at stage 1 now: it sees the withdrawal when it gets there (stage()). This
+         * rank's own work, if not finished, had its wait above. */
+        if (p == comm->rank || atomic_load_explicit(&d->row[p].progress, memory_order_seq_cst) < stage1) continue;
         const pid_t pid = (pid_t)recs[p].o.pid;
         while (atomic_load_explicit(&d->row[p].worked, memory_order_acquire) < mark && ring__now_ns() - start < bound &&
                (kill(pid, 0) == 0 || errno == EPERM))
@@ -536,7 +574,7 @@ static int one_worker(const ring_comm_t *comm, const rec_t *recs)
     return 1;
 }
 
-ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *st, int *ran)
+ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *st, int *ran, int *stuck)
 {
     direct_t *d = comm->cuda_direct;
     const int n = comm->nranks, me = comm->rank;
@@ -545,8 +583,9 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
     ring_result_t rc = RING_OK;
     char why[256] = "";
     int idle = 0, queued = 0, entered = 0;
-    *ran = 0;
+    *ran = *stuck = 0;
     if (!d) return RING_OK;
+    d->stuck = 0;
     const rec_t *recs = d->recs;
     if (offer(d, comm, op, &mine, why, sizeof why)) {
         RING_CHECK(rec_publish(comm, d, op, &mine));
@@ -609,14 +648,9 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
         RING_CHECK(stage(comm, d, op, 1));
         for (int p = 0; p < n; p++)
             if (atomic_load_explicit(&d->row[p].refused, memory_order_relaxed) == op->seq + 1) goto fail;
-        /* A rank that reached stage 1 and then failed (an abort, a timeout, a peer's failure)
-         * has returned or is about to: its buffers are not this call's any more. */
         for (int p = 0; p < n; p++)
-            if (atomic_load_explicit(&d->row[p].withdrawn, memory_order_seq_cst) == op->seq + 1) {
-                char peer[160];
-                ring__peer_desc(comm, p, peer, sizeof peer);
-                rc = ring__seterr(comm, RING_ERR_PEER, "%s #%llu: %s failed in the direct CUDA IPC call after it had entered",
-                                  ring__coll_name(coll), (unsigned long long)op->seq, peer);
+            if (withdrew(d, p, op)) {
+                rc = withdrawn_error(comm, op, p);
                 goto fail;
             }
     }
@@ -632,11 +666,14 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
         RING_CHECK(queue_work(comm, op, one ? 0 : me, one ? n : me + 1, d->sptr, d->rptr, st));
         RING_CHECK(ring__cuda_event_record(comm, d->ev, st));
         RING_CHECK(wait_for(comm, d, op, W_GPU, 0));
+        /* Now, not at settle: a peer that failed waits for it before it returns. */
+        atomic_store_explicit(&d->row[me].worked, op->seq + 1, memory_order_release);
     }
     RING_CHECK(stage(comm, d, op, 2));
     d->ncalls++;
     d->nones += (uint64_t)one;
 fail:
     if (entered) settle(comm, d, op, st, queued, rc, recs);
+    *stuck = d->stuck;
     return rc;
 }

@@ -31,8 +31,10 @@ static inline int ring__cuda_ipc_direct(int mode) { return mode == RING__CUDA_IP
  * shared page when every rank is on this host and offers the path (RING__PEER_CUDA_DIRECT);
  * otherwise nothing. A page that cannot be made or opened fails init. */
 ring_result_t ring__direct_setup(ring_comm_t *comm);
-/* ring_comm_destroy: unmap peers' buffers and the page (rank 0 removes its file). */
-void ring__direct_fini(ring_comm_t *comm);
+/* ring_comm_destroy: unmap peers' buffers and the page (rank 0 removes its file). gpu_busy
+ * (ring__cuda_dead_busy): the GPU has not finished a timed-out call's work, which may use the
+ * mappings: they stay mapped. */
+void ring__direct_fini(ring_comm_t *comm, int gpu_busy);
 
 /* A collective this rank runs on the host path: its record, so that ranks with device
  * buffers know this call is not direct. Waits only while a rank is HIST calls behind
@@ -45,8 +47,11 @@ void ring__direct_done(ring_comm_t *comm, const ring__opdesc_t *op);
  * A device-buffer collective (op->mem_device, the calling thread on op->device, stream: the
  * call's staging stream). *ran = 1: the direct path ran it (rc is its result); *ran = 0: it
  * did not apply on some rank, the call goes the staged way (every rank decides the same).
+ * *stuck = 1: work queued on stream did not finish within RING_TIMEOUT_MS (the call failed
+ * with RING_ERR_TIMEOUT, or had failed before): the stream is not to be waited for again.
  */
-ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *stream, int *ran);
+ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, struct CUstream_st *stream, int *ran,
+                               int *stuck);
 
 /* Tests: calls this communicator ran directly, and how many of them rank 0 alone worked. */
 uint64_t ring__cuda_direct_count(ring_comm_t *comm);
