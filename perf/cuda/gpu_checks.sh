@@ -28,7 +28,8 @@
 #                 chunks so that the ring has many messages; over shared memory, and over TCP
 #                 with 4 ranks) and over the ring's CUDA IPC links
 #                 (RING_CUDA_IPC=ring); 3 ranks mixing host and device buffers in one call; a
-#                 rank that dies and a call that differs, in a direct collective
+#                 rank that dies and a call that differs, in a direct collective; a caller's
+#                 kernel that does not end (--gpu-stuck: staged, over CUDA IPC links, direct)
 #  4. bench:      reduce_bw, every dtype, 1 MiB .. 1 GiB, against a device-to-device copy
 #                 (target: ratio >= 0.9 at >= 256 MiB), and the many-input kernel; ring_perf -G
 #                 both over TCP with 2 ranks (device within 15 % of host busbw), -G cuda with 4
@@ -176,6 +177,18 @@ if { want coll || want allreduce; } && [ -x "$build/perf/cuda/cuda_coll_check" ]
     for f in dies mismatch; do
         step "coll-direct-$f" "$results/coll.log" env RING_TIMEOUT_MS=30000 "${rr[@]}" -n 3 "$cc" --direct-$f
     done
+    # Rank 1 queues a kernel that does not end on the legacy default stream before a call: it
+    # must return RING_ERR_TIMEOUT after its 3 s RING_TIMEOUT_MS, the others an error within
+    # 10 s, and its ring_comm_destroy must not wait for the GPU (a 60 s launcher limit: a
+    # destroy that waits would hang until then).
+    sr=("$build/tools/ringrun" --timeout 60 -n 3)
+    step "coll-gpu-stuck-small" "$results/coll.log" env RING_TIMEOUT_MS=3000 RING_CUDA_IPC=0 RING_TRANSPORT=tcp \
+        "${sr[@]}" "$cc" --gpu-stuck small
+    step "coll-gpu-stuck-ring" "$results/coll.log" env RING_TIMEOUT_MS=3000 RING_CUDA_IPC=0 RING_TRANSPORT=tcp \
+        RING_CHUNK_BYTES=64K "${sr[@]}" "$cc" --gpu-stuck ring
+    step "coll-gpu-stuck-ring-ipc" "$results/coll.log" env RING_TIMEOUT_MS=3000 RING_CUDA_IPC=ring \
+        RING_CHUNK_BYTES=64K "${sr[@]}" "$cc" --gpu-stuck ring --expect-ipc
+    step "coll-gpu-stuck-direct" "$results/coll.log" env RING_TIMEOUT_MS=3000 "${sr[@]}" "$cc" --gpu-stuck direct
 fi
 
 if [ $bench = 1 ]; then

@@ -194,6 +194,12 @@ void ring__cuda_emu_set_copy_delay(int ms);
 /* Tests only: each emulated cudaIpcOpenMemHandle from now on takes ms, as a first mapping of a
  * large allocation may. */
 void ring__cuda_emu_set_open_delay(int ms);
+/* Tests only, on a real GPU: a kernel on the current device's legacy default stream that runs
+ * until ring__cuda_test_release(*flag), as a caller's kernel that does not end would (it holds
+ * ringcomm's blocking streams). *flag is mapped pinned memory. Not with the emulated GPU. */
+ring_result_t ring__cuda_test_hold(ring_comm_t *comm, unsigned **flag);
+/* Ends that kernel, waits for it (the legacy default stream) and frees the flag. */
+void ring__cuda_test_release(unsigned *flag);
 /* reduce.cu's ring__cuda_reduce queues its work here when emulating. */
 ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, const void *a, const void *b, size_t count,
                                     ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream);

@@ -727,6 +727,46 @@ extern "C" void ring__cuda_ipc_close(void *p, size_t bytes)
     if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
+/* ---------- tests on a GPU ---------- */
+
+/* One thread polling mapped host memory: volatile, so every look goes to the host's copy. */
+__global__ void hold_kernel(const volatile unsigned *flag)
+{
+    while (*flag == 0) {
+    }
+}
+
+extern "C" ring_result_t ring__cuda_test_hold(ring_comm_t *comm, unsigned **flag)
+{
+    void *h = NULL, *d = NULL;
+    *flag = NULL;
+    if (emu_on) return ring__seterr(comm, RING_ERR_UNSUPPORTED, "emulated GPU: no kernel to hold it (use the emulated delays)");
+    CU_CHECK(comm, cudaHostAlloc(&h, sizeof(unsigned), cudaHostAllocMapped), "cudaHostAlloc (the test's flag)");
+    *(volatile unsigned *)h = 0;
+    cudaError_t e = cudaHostGetDevicePointer(&d, h, 0);
+    if (e == cudaSuccess) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1, 1, 1);
+        cfg.blockDim = dim3(1, 1, 1);
+        cfg.stream = cudaStreamLegacy;
+        e = cudaLaunchKernelEx(&cfg, hold_kernel, (const volatile unsigned *)d);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaFreeHost(h);
+        return ring__cuda_error(comm, (int)e, "the test's holding kernel");
+    }
+    *flag = (unsigned *)h;
+    return RING_OK;
+}
+
+extern "C" void ring__cuda_test_release(unsigned *flag)
+{
+    if (!flag) return;
+    __atomic_store_n(flag, 1u, __ATOMIC_SEQ_CST);
+    if (cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaFreeHost(flag) != cudaSuccess) (void)cudaGetLastError();
+}
+
 /* ---------- dma-buf export (GPUDirect RDMA, src/cuda/gdr.c) ---------- */
 
 extern "C" ring_result_t ring__cuda_dmabuf_fd(ring_comm_t *comm, void *p, size_t bytes, int *fd)
