@@ -137,6 +137,7 @@ typedef struct direct {
     uint32_t pid;   /* this process, for the records (getpid() is a system call, once per call) */
     ring__cuda_event_t ev; /* made on the first direct call */
     int stuck;             /* this call: the own GPU did not finish within RING_TIMEOUT_MS */
+    int was_stuck;         /* some call's: its kernel may still use the mappings */
     /* Per call, nranks each: the records read, which of them arrived, every rank's sendbuf
      * and recvbuf as this process addresses them (own: the call's; peers': mapped, NULL where
      * this rank does not touch them). */
@@ -207,6 +208,7 @@ void ring__direct_fini(ring_comm_t *comm, int gpu_busy)
     int entered = d->device >= 0 && ring__cuda_device_enter(NULL, d->device, &ds) == RING_OK;
     /* A kernel of a call that timed out may still read and write through the mappings:
      * unmapping them under it would fault the caller's context; they go with the process. */
+    gpu_busy = gpu_busy && d->was_stuck;
     if (gpu_busy)
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
                  "ring_comm_destroy: the peers' buffers stay mapped (direct CUDA IPC): the GPU still has not "
@@ -675,5 +677,6 @@ ring_result_t ring__direct_run(ring_comm_t *comm, const ring__opdesc_t *op, stru
 fail:
     if (entered) settle(comm, d, op, st, queued, rc, recs);
     *stuck = d->stuck;
+    d->was_stuck |= d->stuck;
     return rc;
 }

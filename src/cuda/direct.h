@@ -32,8 +32,8 @@ static inline int ring__cuda_ipc_direct(int mode) { return mode == RING__CUDA_IP
  * otherwise nothing. A page that cannot be made or opened fails init. */
 ring_result_t ring__direct_setup(ring_comm_t *comm);
 /* ring_comm_destroy: unmap peers' buffers and the page (rank 0 removes its file). gpu_busy
- * (ring__cuda_dead_busy): the GPU has not finished a timed-out call's work, which may use the
- * mappings: they stay mapped. */
+ * (ring__cuda_dead_busy): the GPU has not finished a timed-out call's work; where a direct
+ * call timed out, that work may use the mappings: they stay mapped. */
 void ring__direct_fini(ring_comm_t *comm, int gpu_busy);
 
 /* A collective this rank runs on the host path: its record, so that ranks with device
