@@ -1401,13 +1401,48 @@ static inline uint8_t large_block_base(uint64_t block, int rank)
                      (uint64_t)rank * 37);
 }
 
+/* p[0..n) as rank r's input. */
+static void large_fill(unsigned char *p, size_t n, int r)
+{
+    for (size_t blk = 0; blk * 256 < n; blk++) {
+        uint8_t base = large_block_base(blk, r);
+        size_t len = n - blk * 256 < 256 ? n - blk * 256 : 256;
+        for (size_t j = 0; j < len; j++) p[blk * 256 + j] = (uint8_t)(base + j);
+    }
+}
+
+/* Bad bytes of p[0..n) against the sum of ranks r..rmax's inputs (r = rmax: one rank's). */
+static size_t large_check(const unsigned char *p, size_t n, int r, int rmax, const char *what)
+{
+    size_t bad = 0;
+    const unsigned step = (unsigned)(rmax - r + 1);
+    for (size_t blk = 0; blk * 256 < n; blk++) {
+        uint8_t base = 0;
+        for (int q = r; q <= rmax; q++) base = (uint8_t)(base + large_block_base(blk, q));
+        size_t len = n - blk * 256 < 256 ? n - blk * 256 : 256;
+        const unsigned char *b = p + blk * 256;
+        unsigned diff = 0;
+        for (size_t j = 0; j < len; j++) diff |= (unsigned)(b[j] ^ (uint8_t)(base + step * j));
+        if (!diff) continue;
+        for (size_t j = 0; j < len; j++) {
+            uint8_t want = (uint8_t)(base + step * j);
+            if (b[j] == want) continue;
+            if (bad < MAX_REPORT_ELEMS) wlog("MISMATCH large %s: [%zu] = %u, expected %u", what, blk * 256 + j, b[j], want);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* 2^31 + 3 int8 elements (all-reduce, broadcast) and 2 x (2^30 + 1) (in-place all-gather):
+ * byte offsets and counts past INT_MAX in each collective's own arithmetic. */
 static int scenario_large(uint64_t seed)
 {
     if (g_nranks != 2) {
         wlog("the large scenario is for 2 ranks");
         return EXIT_SETUP;
     }
-    const size_t count = ((size_t)1 << 31) + 3;
+    const size_t count = ((size_t)1 << 31) + 3, each = ((size_t)1 << 30) + 1;
     const size_t tail = 4096;
     unsigned char *buf = mmap(NULL, count + tail, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (buf == MAP_FAILED) {
@@ -1415,54 +1450,49 @@ static int scenario_large(uint64_t seed)
         return EXIT_SETUP;
     }
     double tfill = now_s();
-    for (size_t blk = 0; blk * 256 < count; blk++) {
-        uint8_t base = large_block_base(blk, g_rank);
-        size_t len = count - blk * 256 < 256 ? count - blk * 256 : 256;
-        unsigned char *p = buf + blk * 256;
-        for (size_t j = 0; j < len; j++) p[j] = (uint8_t)(base + j);
-    }
+    large_fill(buf, count, g_rank);
     for (size_t i = 0; i < tail; i++) buf[count + i] = (uint8_t)(0x5a ^ i);
     tfill = now_s() - tfill;
     ctx_t c = make_ctx(init_comm_env(), seed, "");
-    double t0 = now_s();
-    ring_result_t rc = ring_allreduce(c.comm, buf, buf, count, RING_INT8, RING_SUM);
-    double dt = now_s() - t0;
-    if (rc != RING_OK) {
-        wlog("allreduce of %zu int8: %s: %s", count, ring_result_name(rc), ring_comm_last_error(c.comm));
-        c.lib_error = 1;
-    } else {
-        size_t bad = 0;
-        double tcheck = now_s();
-        for (size_t blk = 0; blk * 256 < count; blk++) {
-            uint8_t base = (uint8_t)(large_block_base(blk, 0) + large_block_base(blk, 1));
-            size_t len = count - blk * 256 < 256 ? count - blk * 256 : 256;
-            const unsigned char *p = buf + blk * 256;
-            unsigned diff = 0;
-            for (size_t j = 0; j < len; j++) diff |= (unsigned)(p[j] ^ (uint8_t)(base + 2 * j));
-            if (!diff) continue;
-            for (size_t j = 0; j < len; j++) {
-                uint8_t want = (uint8_t)(base + 2 * j);
-                if (p[j] == want) continue;
-                if (bad < MAX_REPORT_ELEMS)
-                    wlog("MISMATCH large allreduce: [%zu] = %u, expected %u", blk * 256 + j, p[j], want);
-                bad++;
-            }
+    const char *what[3] = {"allreduce", "broadcast", "allgather"};
+    for (int k = 0; k < 3 && !c.lib_error; k++) {
+        const int root = 1;
+        size_t bytes = count;
+        if (k == 1 && g_rank != root) memset(buf, 0xa5, count);
+        if (k == 2) {
+            bytes = 2 * each;
+            memset(buf, 0xa5, bytes);
+            large_fill(buf + (size_t)g_rank * each, each, g_rank);
         }
+        double t0 = now_s();
+        ring_result_t rc = k == 0   ? ring_allreduce(c.comm, buf, buf, count, RING_INT8, RING_SUM)
+                           : k == 1 ? ring_broadcast(c.comm, buf, count, RING_INT8, root)
+                                    : ring_allgather(c.comm, buf + (size_t)g_rank * each, buf, each, RING_INT8);
+        double dt = now_s() - t0;
+        if (rc != RING_OK) {
+            wlog("%s of %zu bytes: %s: %s", what[k], bytes, ring_result_name(rc), ring_comm_last_error(c.comm));
+            c.lib_error = 1;
+            break;
+        }
+        double tcheck = now_s();
+        size_t bad = k < 2 ? large_check(buf, count, 0, 1, what[k])
+                           : large_check(buf, each, 0, 0, what[k]) + large_check(buf + each, each, 1, 1, what[k]);
         for (size_t i = 0; i < tail; i++)
             if (buf[count + i] != (uint8_t)(0x5a ^ i)) {
-                wlog("GUARD large allreduce: byte %zu after the end was written", i);
+                wlog("GUARD large %s: byte %zu after the end was written", what[k], i);
                 bad++;
                 break;
             }
         if (bad) {
-            wlog("MISMATCH large allreduce: %zu bad bytes", bad);
+            wlog("MISMATCH large %s: %zu bad bytes", what[k], bad);
             c.failed_ops++;
         }
         c.checked++;
         tcheck = now_s() - tcheck;
         if (g_rank == 0)
-            wlog("allreduce of %zu int8 in %.1f s (%.2f GB/s algorithm bandwidth); fill %.1f s, check %.1f s", count, dt,
-                 (double)count / dt / 1e9, tfill, tcheck);
+            wlog("%s of %zu int8 in %.1f s (%.2f GB/s algorithm bandwidth); fill %.1f s, check %.1f s", what[k], bytes,
+                 dt, (double)bytes / dt / 1e9, tfill, tcheck);
+        tfill = 0;
     }
     munmap(buf, count + tail);
     write_checked(c.checked);
