@@ -1411,31 +1411,32 @@ static void large_fill(unsigned char *p, size_t n, int r)
     }
 }
 
-/* Bad bytes of p[0..n) against the sum of ranks r..rmax's inputs (r = rmax: one rank's). */
-static size_t large_check(const unsigned char *p, size_t n, int r, int rmax, const char *what)
+/* Bad bytes of p[0..n), elements first.. of the pattern, against the sum of ranks r..rmax's
+ * inputs (r = rmax: one rank's). */
+static size_t large_check(const unsigned char *p, size_t first, size_t n, int r, int rmax, const char *what)
 {
     size_t bad = 0;
     const unsigned step = (unsigned)(rmax - r + 1);
-    for (size_t blk = 0; blk * 256 < n; blk++) {
+    for (size_t i = first; i < first + n;) {
+        const size_t blk = i / 256, end = (blk + 1) * 256 < first + n ? (blk + 1) * 256 : first + n;
         uint8_t base = 0;
         for (int q = r; q <= rmax; q++) base = (uint8_t)(base + large_block_base(blk, q));
-        size_t len = n - blk * 256 < 256 ? n - blk * 256 : 256;
-        const unsigned char *b = p + blk * 256;
+        const unsigned char *b = p + (i - first);
         unsigned diff = 0;
-        for (size_t j = 0; j < len; j++) diff |= (unsigned)(b[j] ^ (uint8_t)(base + step * j));
-        if (!diff) continue;
-        for (size_t j = 0; j < len; j++) {
+        for (size_t j = i % 256, k = 0; k < end - i; j++, k++) diff |= (unsigned)(b[k] ^ (uint8_t)(base + step * j));
+        for (size_t j = i % 256, k = 0; diff && k < end - i; j++, k++) {
             uint8_t want = (uint8_t)(base + step * j);
-            if (b[j] == want) continue;
-            if (bad < MAX_REPORT_ELEMS) wlog("MISMATCH large %s: [%zu] = %u, expected %u", what, blk * 256 + j, b[j], want);
+            if (b[k] == want) continue;
+            if (bad < MAX_REPORT_ELEMS) wlog("MISMATCH large %s: [%zu] = %u, expected %u", what, i + k, b[k], want);
             bad++;
         }
+        i = end;
     }
     return bad;
 }
 
-/* 2^31 + 3 int8 elements (all-reduce, broadcast) and 2 x (2^30 + 1) (in-place all-gather):
- * byte offsets and counts past INT_MAX in each collective's own arithmetic. */
+/* 2^31 + 3 int8 elements (all-reduce, broadcast) and 2 x (2^30 + 1) (in-place all-gather and
+ * reduce-scatter): byte offsets and counts past INT_MAX in each collective's own arithmetic. */
 static int scenario_large(uint64_t seed)
 {
     if (g_nranks != 2) {
@@ -1454,8 +1455,8 @@ static int scenario_large(uint64_t seed)
     for (size_t i = 0; i < tail; i++) buf[count + i] = (uint8_t)(0x5a ^ i);
     tfill = now_s() - tfill;
     ctx_t c = make_ctx(init_comm_env(), seed, "");
-    const char *what[3] = {"allreduce", "broadcast", "allgather"};
-    for (int k = 0; k < 3 && !c.lib_error; k++) {
+    const char *what[4] = {"allreduce", "broadcast", "allgather", "reduce_scatter"};
+    for (int k = 0; k < 4 && !c.lib_error; k++) {
         const int root = 1;
         size_t bytes = count;
         if (k == 1 && g_rank != root) memset(buf, 0xa5, count);
@@ -1464,10 +1465,13 @@ static int scenario_large(uint64_t seed)
             memset(buf, 0xa5, bytes);
             large_fill(buf + (size_t)g_rank * each, each, g_rank);
         }
+        if (k == 3) large_fill(buf, bytes = 2 * each, g_rank);
         double t0 = now_s();
+        unsigned char *mine = buf + (size_t)g_rank * each;
         ring_result_t rc = k == 0   ? ring_allreduce(c.comm, buf, buf, count, RING_INT8, RING_SUM)
                            : k == 1 ? ring_broadcast(c.comm, buf, count, RING_INT8, root)
-                                    : ring_allgather(c.comm, buf + (size_t)g_rank * each, buf, each, RING_INT8);
+                           : k == 2 ? ring_allgather(c.comm, mine, buf, each, RING_INT8)
+                                    : ring_reduce_scatter(c.comm, buf, mine, each, RING_INT8, RING_SUM);
         double dt = now_s() - t0;
         if (rc != RING_OK) {
             wlog("%s of %zu bytes: %s: %s", what[k], bytes, ring_result_name(rc), ring_comm_last_error(c.comm));
@@ -1475,8 +1479,9 @@ static int scenario_large(uint64_t seed)
             break;
         }
         double tcheck = now_s();
-        size_t bad = k < 2 ? large_check(buf, count, 0, 1, what[k])
-                           : large_check(buf, each, 0, 0, what[k]) + large_check(buf + each, each, 1, 1, what[k]);
+        size_t bad = k < 2    ? large_check(buf, 0, count, 0, 1, what[k])
+                     : k == 2 ? large_check(buf, 0, each, 0, 0, what[k]) + large_check(buf + each, 0, each, 1, 1, what[k])
+                              : large_check(mine, (size_t)g_rank * each, each, 0, 1, what[k]);
         for (size_t i = 0; i < tail; i++)
             if (buf[count + i] != (uint8_t)(0x5a ^ i)) {
                 wlog("GUARD large %s: byte %zu after the end was written", what[k], i);
