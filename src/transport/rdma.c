@@ -619,11 +619,12 @@ static int connect_qps(rdma_ctx *ctx, up *u)
                      strerror(e), is_ib ? "LID" : "GID");
             return e;
         }
-        /* Default timeout 14: 4.096 us x 2^14 = 67 ms per try, 7 tries; a dead peer is normally
-         * seen sooner through the socket. A lost packet costs one timeout before the
-         * retransmission, so a lossy fabric wants it lower, a congested one higher
-         * (RING_IB_TIMEOUT, RING_IB_RETRY_CNT as NCCL's). rnr_retry 7: a receiver short of
-         * posted receives is waited for, never an error. */
+        /* Default timeout 14: 4.096 us x 2^14 = 67 ms per try, 7 tries (unlimited on rxe, whose
+         * completer never counts 7 down); a dead peer is normally seen sooner through the
+         * socket. A lost packet costs one timeout before the retransmission, so a lossy fabric
+         * wants it lower, a congested one higher (RING_IB_TIMEOUT, RING_IB_RETRY_CNT as
+         * NCCL's). rnr_retry 7: a receiver short of posted receives is waited for, never an
+         * error. */
         struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS,
                                 .timeout = (uint8_t)ctx->comm->params.ib_timeout,
                                 .retry_cnt = (uint8_t)ctx->comm->params.ib_retry_cnt,
@@ -836,10 +837,12 @@ static ring_result_t rdma_upgrade(void *vctx, void *base, int peer, int is_send,
         tmo = qa.timeout;
         retry = qa.retry_cnt;
     }
+    /* rxe's completer counts retry_cnt 7 as unlimited, like rnr_retry 7. */
+    const int endless = retry == 7 && !strncmp(ctx->dev_name, "rxe", 3);
     RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank,
-             "rdma: %s rank %d over %s (%d QP(s), %u slots of %zu bytes, inline %u, ACK timeout %d = %.1f ms, %d retries)",
+             "rdma: %s rank %d over %s (%d QP(s), %u slots of %zu bytes, inline %u, ACK timeout %d = %.1f ms, %d retries%s)",
              is_send ? "sending to" : "receiving from", peer, ctx->dev_name, c->nqp, c->nslots, c->slot_bytes, c->max_inline,
-             tmo, tmo >= 0 ? 4.096e-3 * (double)(1ull << tmo) : -1.0, retry);
+             tmo, tmo >= 0 ? 4.096e-3 * (double)(1ull << tmo) : -1.0, retry, endless ? ", unlimited on rxe" : "");
     free(u);
     *out = c;
     return RING_OK;
@@ -1020,6 +1023,8 @@ static const char *status_hint(enum ibv_wc_status s)
 }
 
 static ring_result_t poll_cq(rdma_conn *c, int *moved);
+static void drain_async(rdma_ctx *ctx);
+static void drain_socket(rdma_conn *c);
 
 /* Receiver: freed moved on; tell the sender. The count only grows, so each write carries
  * every slot freed before it. With the send queue full (credit writes and reads not yet
@@ -1027,7 +1032,11 @@ static ring_result_t poll_cq(rdma_conn *c, int *moved);
  * connection's next poll, which after a collective's last message may come only with the next
  * collective, while a sender whose message is read from its buffer cannot finish this one
  * before the credit. The entries come free without the peer's process (its adapter answers),
- * so the wait is short; it is bounded by RING_TIMEOUT_MS all the same. */
+ * so the wait is short; it is bounded by RING_TIMEOUT_MS all the same. It still watches what
+ * the rank's other waits watch: the device's fatal events, and the peer's socket (a peer
+ * that is gone needs no credit, and soft-RoCE retransmits to it for ever with a retry count
+ * of 7, so its entries would not come free: whether its leaving is an error is for the waits
+ * of its messages to say, gone_check). */
 static ring_result_t send_credit(rdma_conn *c)
 {
     if (c->sq_out[0] >= c->sq_max) {
@@ -1037,7 +1046,13 @@ static ring_result_t send_credit(rdma_conn *c)
             int moved = 0;
             ring_result_t rc = poll_cq(c, &moved);
             if (rc != RING_OK) return rc;
-            if (!moved && ring__now_ns() > deadline)
+            if (moved) continue;
+            drain_async(c->ctx);
+            if (c->failed) return c->failed;
+            if (c->ctx->dead) return conn_fail(c, c->ctx->dead, "%s", c->ctx->dead_msg);
+            drain_socket(c);
+            if (c->peer_closed) return RING_OK;
+            if (ring__now_ns() > deadline)
                 return conn_fail(c, RING_ERR_TIMEOUT, "no send queue entry came free for a credit in %d ms (RING_TIMEOUT_MS)",
                                  c->ctx->comm->params.timeout_ms);
         }
@@ -1403,14 +1418,14 @@ static void drain_socket(rdma_conn *c)
     if (ring__mq_drain(c->fd)) c->peer_closed = 1;
 }
 
-static ring_result_t gone_check(rdma_conn *c)
+/* *moved: completions polled here, which the caller must not sleep on. */
+static ring_result_t gone_check(rdma_conn *c, int *moved)
 {
-    int moved = 0;
     if (c->failed) return c->failed;
     drain_async(c->ctx);
     if (c->ctx->dead) return conn_fail(c, c->ctx->dead, "%s", c->ctx->dead_msg);
     if (c->failed) return c->failed;
-    ring_result_t rc = poll_cq(c, &moved);
+    ring_result_t rc = poll_cq(c, moved);
     if (rc != RING_OK) return rc;
     if (c->peer_closed && stuck(c))
         return conn_fail(c, RING_ERR_PEER, "the peer closed its connection (the process exited or was killed?) with a message pending");
@@ -1423,7 +1438,7 @@ static int rdma_pollfds(void *vc, struct pollfd *fds, int max)
     int moved = 0;
     if (max < 3) return max > 0 ? -1 : 0;
     drain_socket(c);
-    if (gone_check(c) != RING_OK) return -1;
+    if (gone_check(c, &moved) != RING_OK || moved) return -1;
     if (c->q.qh || (c->is_send && reads_pending(c))) {
         if (!c->armed) {
             if (ibv_req_notify_cq(c->cq, 0) != 0) return -1;
@@ -1446,8 +1461,9 @@ static int rdma_pollfds(void *vc, struct pollfd *fds, int max)
 static ring_result_t rdma_check(void *vc)
 {
     rdma_conn *c = vc;
+    int moved = 0;
     drain_socket(c);
-    return gone_check(c);
+    return gone_check(c, &moved);
 }
 
 static void rdma_close(void *vc)
