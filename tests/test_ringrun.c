@@ -981,6 +981,64 @@ RR_TEST(sigusr1_and_sigusr2_are_forwarded_without_teardown)
     free_run(&r);
 }
 
+/* A process's state letter from /proc (R, S, T for stopped...), or '?' when it is gone. */
+static char pid_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *cp = strrchr(buf, ')');
+    return cp && cp[1] == ' ' ? cp[2] : '?';
+}
+
+static bool all_in_state(const pid_t *pids, int n, bool stopped)
+{
+    for (int i = 0; i < n; i++)
+        if ((pid_state(pids[i]) == 'T') != stopped) return false;
+    return true;
+}
+
+static bool wait_states(const pid_t *pids, int n, bool stopped, double within)
+{
+    for (double end = now_s() + within; now_s() < end; sleep_s(0.02))
+        if (all_in_state(pids, n, stopped)) return true;
+    return all_in_state(pids, n, stopped);
+}
+
+/* SIGTSTP from outside a terminal (kill, a batch system) stops the ranks and ringrun, SIGCONT
+ * resumes them, and the time stopped does not count against --timeout: here the ranks work
+ * 2.5 s, are stopped for 3 s, and the job must still end well inside its 4 s limit. ringrun
+ * used to stop alone while the ranks ran on. */
+RR_TEST(sigtstp_stops_the_ranks_and_sigcont_resumes_them)
+{
+    const char *script = "echo ready pid=$$; i=0; while [ $i -lt 50 ]; do sleep .05; i=$((i+1)); done; echo done";
+    const char *args[] = {"-n", "2", "--timeout", "4", "/bin/sh", "-c", script, NULL};
+    run_t r;
+    pid_t pids[3];
+    start_run(&r, args, NULL, NULL);
+    wait_ready(&r, 2, pids);
+    pids[2] = r.pid;
+    cr_assert_eq(kill(r.pid, SIGTSTP), 0);
+    cr_assert(wait_states(pids, 3, true, 3), "after SIGTSTP: rank 0 '%c', rank 1 '%c', ringrun '%c' (T: stopped)",
+              pid_state(pids[0]), pid_state(pids[1]), pid_state(pids[2]));
+    sleep_s(3);
+    cr_assert(all_in_state(pids, 3, true), "stopped job moved on: '%c' '%c' '%c'", pid_state(pids[0]), pid_state(pids[1]),
+              pid_state(pids[2]));
+    cr_assert_eq(kill(r.pid, SIGCONT), 0);
+    cr_assert(wait_states(pids, 3, false, 3), "after SIGCONT: rank 0 '%c', rank 1 '%c', ringrun '%c'", pid_state(pids[0]),
+              pid_state(pids[1]), pid_state(pids[2]));
+    finish_run(&r, 8);
+    cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
+    assert_stdout_line(&r, "[0] done");
+    assert_stdout_line(&r, "[1] done");
+    assert_stderr_has(&r, "stopped by SIGTSTP for");
+    free_run(&r);
+}
+
 /* Ranks that ignore a forwarded SIGTERM get the same SIGKILL after the grace period as after a
  * failed rank; ringrun used to wait for them forever. */
 static void forwarded_signal_ignored(int sig)

@@ -14,9 +14,10 @@
  * Teardown (docs/launch.md): a signal is forwarded once, unless the terminal sent it to the
  * whole foreground group and so to the ranks already, and ranks still running KILL_GRACE_S
  * later are killed; SIGUSR1 and SIGUSR2 are only passed on (Slurm's --signal=USR1@T
- * checkpoint warning); the timeout and the kill after the grace
- * period are served even inside a write to a stalled reader; ringrun is the subreaper of what
- * the ranks start, so a torn-down job leaves nothing running.
+ * checkpoint warning); SIGTSTP and SIGCONT stop and resume the ranks with ringrun; the
+ * timeout and the kill after the grace period are served even inside a write to a stalled
+ * reader; ringrun is the subreaper of what the ranks start, so a torn-down job leaves nothing
+ * running.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -105,6 +106,9 @@ static const int fwd_sigs[] = {SIGINT, SIGTERM, SIGHUP};
  * before the time limit, for a checkpoint). Their default action would kill ringrun, and the
  * ranks with it through PR_SET_PDEATHSIG. */
 static const int pass_sigs[] = {SIGUSR1, SIGUSR2};
+/* Job control, as mpirun forwards it: SIGTSTP stops the ranks (SIGSTOP, which they cannot
+ * ignore; a terminal's Ctrl-Z reached them already) and then ringrun; SIGCONT resumes them. */
+static const int job_sigs[] = {SIGTSTP, SIGCONT};
 static bool sig_installed[NSIG];
 static struct sigaction orig_sigpipe;
 static sigset_t orig_mask;
@@ -400,10 +404,12 @@ static void install_signals(void)
     sa.sa_sigaction = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_SIGINFO;
-    int handled[sizeof fwd_sigs / sizeof fwd_sigs[0] + sizeof pass_sigs / sizeof pass_sigs[0]];
+    int handled[sizeof fwd_sigs / sizeof fwd_sigs[0] + sizeof pass_sigs / sizeof pass_sigs[0] +
+                sizeof job_sigs / sizeof job_sigs[0]];
     size_t nhandled = 0;
     for (size_t i = 0; i < sizeof fwd_sigs / sizeof fwd_sigs[0]; i++) handled[nhandled++] = fwd_sigs[i];
     for (size_t i = 0; i < sizeof pass_sigs / sizeof pass_sigs[0]; i++) handled[nhandled++] = pass_sigs[i];
+    for (size_t i = 0; i < sizeof job_sigs / sizeof job_sigs[0]; i++) handled[nhandled++] = job_sigs[i];
     for (size_t i = 0; i < nhandled; i++) {
         struct sigaction old;
         sigaction(handled[i], NULL, &old);
@@ -660,10 +666,25 @@ static bool is_pass_sig(int sig)
     return false;
 }
 
+/* SIGTSTP: the ranks stop, then ringrun, until a SIGCONT; the time stopped does not count
+ * against --timeout or the grace period. The ranks' RING_TIMEOUT_MS clocks run on: a stop
+ * longer than that ends a collective in progress with a timeout once they resume. */
+static void stop_job(bool tty)
+{
+    signal_job(SIGSTOP, tty);
+    const double t0 = now_s();
+    raise(SIGSTOP);
+    const double stopped = now_s() - t0;
+    signal_job(SIGCONT, false);
+    if (t_timeout) t_timeout += stopped;
+    if (t_kill) t_kill += stopped;
+    note("stopped by SIGTSTP for %.1f s, with the ranks; resumed", stopped);
+}
+
 /* Signals ringrun got, in order. SIGUSR1/SIGUSR2 are passed to the ranks and change nothing
- * else. Of the others, the first is forwarded (unless the terminal already sent it to the ranks),
- * arms the kill after the grace period and, if nothing else failed first, becomes the job's
- * end; a second kills. */
+ * else; SIGTSTP and SIGCONT stop and resume the job. Of the others, the first is forwarded
+ * (unless the terminal already sent it to the ranks), arms the kill after the grace period
+ * and, if nothing else failed first, becomes the job's end; a second kills. */
 static void take_signals(void)
 {
     unsigned char sigs[64];
@@ -673,6 +694,14 @@ static void take_signals(void)
             int sig = sigs[i] & 0x7f;
             bool tty = sigs[i] & 0x80;
             if (sig == SIGCHLD) continue;
+            if (sig == SIGTSTP) {
+                stop_job(tty);
+                continue;
+            }
+            if (sig == SIGCONT) {
+                signal_job(SIGCONT, false);
+                continue;
+            }
             if (is_pass_sig(sig)) {
                 /* The ranks only: what they left behind did not ask for it, and may die of it. */
                 for (int r = 0; r < nranks; r++)
