@@ -387,7 +387,15 @@ Test(param, env_bootstrap_order)
     setenv("MASTER_ADDR", "[fd00::1]", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
     cr_assert_str_eq(eb.root, "[fd00::1]:29501", "brackets given are not doubled");
+    /* Set but empty is unset here too: no root address, not ":29501" or "is not a port". */
+    setenv("MASTER_ADDR", "", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "no root address"), "%s", ring_comm_last_error(NULL));
     setenv("MASTER_ADDR", "node0", 1);
+    setenv("MASTER_PORT", "", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "no root address"), "%s", ring_comm_last_error(NULL));
+    setenv("MASTER_PORT", "29500", 1);
 
     setenv("RING_RANK", "0", 1);
     setenv("RING_NRANKS", "2", 1);
@@ -428,6 +436,19 @@ Test(param, resolve_env_and_config)
     cr_assert_eq(p.nsocks, 0);
     setenv("RING_NSOCKS", "0", 1);
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "0 is not a socket count (auto is the word)");
+
+    /* An interface name longer than the field is refused, not cut. */
+    unsetenv("RING_NSOCKS");
+    char longname[200];
+    memset(longname, 'e', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    setenv("RING_SOCKET_IFNAME", longname, 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_SOCKET_IFNAME"), "%s", ring_comm_last_error(NULL));
+    setenv("RING_SOCKET_IFNAME", "eth0", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_str_eq(p.ifname, "eth0");
+    unsetenv("RING_SOCKET_IFNAME");
 
     setenv("RING_CHUNK_BYTES", "1M", 1);
     setenv("RING_NSOCKS", "3", 1);

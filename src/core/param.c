@@ -351,6 +351,9 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
     } else {
         ring__secret_from_string("ringcomm-default-secret", p->secret);
     }
+    if (ifname && strlen(ifname) >= sizeof p->ifname)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG, "RING_SOCKET_IFNAME (socket_ifname) \"%.40s...\": at most %zu characters", ifname,
+                            sizeof p->ifname - 1);
     if (ifname) snprintf(p->ifname, sizeof p->ifname, "%s", ifname);
     return RING_OK;
 fail:
@@ -408,7 +411,8 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
     const char *root = getenv("RING_ROOT");
     if (root && *root) {
         snprintf(eb->root, sizeof eb->root, "%s", root);
-    } else if (!strcmp(eb->source, "torchrun") && getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
+    } else if (!strcmp(eb->source, "torchrun") && getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") && getenv("MASTER_PORT") &&
+               *getenv("MASTER_PORT")) {
         long long port;
         const char *addr = getenv("MASTER_ADDR");
         char bare[256];

@@ -401,6 +401,10 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
         const char *w = why[0] ? why : gwhy;
         if (comm->params.transport == RING__TP_RDMA)
             rc = ring__seterr(comm, rc == RING_ERR_INVALID_ARG ? rc : RING_ERR_UNSUPPORTED, "RING_TRANSPORT=rdma, but %s", w);
+        else if (rc == RING_ERR_INVALID_ARG)
+            /* A RING_IB_GID_INDEX that names nothing on a port that is there is a mistake to
+             * report, not a host without verbs to route around. */
+            rc = ring__seterr(comm, rc, "%s", w);
         else {
             RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "rdma: not used (%s); TCP between hosts", w);
             rc = RING_OK;

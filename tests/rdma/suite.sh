@@ -20,7 +20,8 @@
 #   3. handshake: a rank stalls in the middle of the verbs handshake; the others must fail
 #      init with a timeout that names it and release the half-made connections.
 #   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), registered
-#      buffers that verbs read in place, and RING_IB_GID_INDEX naming an unused GID entry.
+#      buffers that verbs read in place, and RING_IB_GID_INDEX naming an unused GID entry
+#      (with RING_TRANSPORT=rdma and auto).
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
 #      report the RING_IB_TIMEOUT and RING_IB_RETRY_CNT given.
 #   6. credits: a receiver send queue of 1 entry (RING_TEST_IB_RECV_SQ=1), so that credit
@@ -243,6 +244,14 @@ mixed_and_registered() {
   fi
   grep -m 1 -o 'RING_IB_GID_INDEX=100[^"]*' "$tmp/gid.log" ||
     { echo "suite: RING_IB_GID_INDEX=100 failed without naming the variable:"; tail -n 20 "$tmp/gid.log"; return 1; }
+  # The same under auto between hosts: an index that names nothing is the user's mistake there
+  # too, not a reason to fall back to TCP without a word (it did until 2026-11-29).
+  if RING_TRANSPORT=auto RING_IB_GID_INDEX=100 timeout 120 "$rr" -n 4 "$wrap" "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 \
+      --no-probe > "$tmp/gid-auto.log" 2>&1; then
+    echo "suite: RING_IB_GID_INDEX=100 (an unused entry) was accepted with RING_TRANSPORT=auto"; return 1
+  fi
+  grep -m 1 -o 'RING_IB_GID_INDEX=100[^"]*' "$tmp/gid-auto.log" ||
+    { echo "suite: auto, RING_IB_GID_INDEX=100 failed without naming the variable:"; tail -n 20 "$tmp/gid-auto.log"; return 1; }
   local c
   for c in allgather allreduce; do
     RING_TRANSPORT=$transport RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/reg-$c.%p \
