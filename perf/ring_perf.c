@@ -795,20 +795,21 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
     pc_print_sweep(f, &o->pc);
     library_string(lib, sizeof lib);
     fprintf(f, "# %s\n", lib);
-    static const char *const knobs[] = {"RING_NSOCKS",        "RING_CHUNK_BYTES",   "RING_PIPELINE_DEPTH",
-                                        "RING_SOCKBUF_BYTES", "RING_SOCKET_IFNAME", "RING_ALGO",
-                                        "RING_RD_MAX_BYTES",  "RING_TREE_MAX_BYTES", "RING_TRANSPORT",
-                                        "RING_SHM_DIR"};
+    /* Every RING_* setting, so that a result file says how it was made; not what the launcher
+     * sets per rank (who and where), nor the job's secret. */
+    static const char *const ident[] = {"RING_RANK=",       "RING_NRANKS=",     "RING_ROOT=",
+                                        "RING_LOCAL_RANK=", "RING_LOCAL_SIZE=", "RING_SECRET="};
     int any = 0;
     fprintf(f, "# env:");
-    for (size_t k = 0; k < sizeof knobs / sizeof *knobs; k++) {
-        const char *s = getenv(knobs[k]);
-        if (s) {
-            fprintf(f, " %s=%s", knobs[k], s);
-            any = 1;
-        }
+    for (char **e = environ; *e; e++) {
+        size_t k = 0;
+        if (strncmp(*e, "RING_", 5)) continue;
+        while (k < sizeof ident / sizeof *ident && strncmp(*e, ident[k], strlen(ident[k]))) k++;
+        if (k < sizeof ident / sizeof *ident) continue;
+        fprintf(f, " %s", *e);
+        any = 1;
     }
-    fprintf(f, "%s\n", any ? "" : " (RING_NSOCKS, RING_CHUNK_BYTES, RING_PIPELINE_DEPTH unset: library defaults)");
+    fprintf(f, "%s\n", any ? "" : " (no RING_* setting: library defaults)");
     if (g_nranks > 1)
         fprintf(f, "# transport (rank 0's ring edges): from the left %s, to the right %s%s\n",
                 ring__tp_of(g_comm->recv_left)->name, ring__tp_of(g_comm->send_right)->name,

@@ -90,6 +90,14 @@ CMD_DEF=("${MPIRUN[@]}" "$MPI_BENCH" "${BENCH_ARGS[@]}")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringcmp.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
+# Every RING_* setting of the caller (not the job's secret), so that the table says how it was made.
+print_ring_env() {
+    local v
+    for v in $(compgen -e | grep '^RING_' | grep -v '^RING_SECRET$'); do
+        echo "# env: $v=${!v}"
+    done
+}
+
 if ((NETNS)); then
     # shellcheck source-path=SCRIPTDIR source=../netns/lib.sh
     source "$(dirname "${BASH_SOURCE[0]}")/../netns/lib.sh"
@@ -112,9 +120,7 @@ if ((NETNS)); then
     echo "# load         : $(uptime | sed 's/^ *//')"
     echo "# ringcomm     : rank i in $(bed_ns_host i): RING_RANK=i RING_NRANKS=$NRANKS RING_ROOT=$(bed_addr 0):$BED_PORT RING_SOCKET_IFNAME=$BED_IF RING_SECRET=<random> ${CMD_RING[*]}"
     echo "# OMPI-TCP     : ${CMD_TCP[*]}"
-    for v in RING_NSOCKS RING_CHUNK_BYTES RING_PIPELINE_DEPTH RING_SOCKBUF_BYTES RING_SPIN_US; do
-        [[ -n ${!v:-} ]] && echo "# env: $v=${!v}"
-    done
+    print_ring_env
     echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
     [[ -n $LINK_GBPS ]] && echo "# link: $RATE = $LINK_GBPS GB/s each way; busbw/link 1.0 = the shaped rate (TCP payload ceiling at MTU 1500: 1448/1514 = 0.956)"
 fi
@@ -124,9 +130,7 @@ echo "# compare.sh: allreduce float sum, $NRANKS ranks on $(hostname), $NCPU cor
 echo "# ringcomm     : ${CMD_RING[*]}"
 echo "# OMPI-TCP     : ${CMD_TCP[*]}"
 echo "# OMPI-default : ${CMD_DEF[*]}"
-for v in RING_NSOCKS RING_CHUNK_BYTES RING_PIPELINE_DEPTH RING_SOCKBUF_BYTES; do
-    [[ -n ${!v:-} ]] && echo "# env: $v=${!v}"
-done
+print_ring_env
 echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
 fi
 ((REPEAT > 1)) && echo "# repeat: $REPEAT runs of each, interleaved; time = median of the runs, range = min-max over the runs"

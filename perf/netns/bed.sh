@@ -18,9 +18,10 @@
 #
 # Rank i runs the command in namespace P"h"i with RING_RANK=i RING_NRANKS=N
 # RING_ROOT=10.77.0.1:29500 RING_SECRET=<random per run> RING_SOCKET_IFNAME=veth0
-# RING_TRANSPORT=tcp (the namespaces share one kernel: without it the ranks would find each
-# other "on the same host" and bypass the links through shared memory); other RING_*
-# variables of the caller pass through. Default command:
+# RING_LOCAL_RANK=0 RING_LOCAL_SIZE=1 (each namespace is a host of one rank) and
+# RING_TRANSPORT=tcp unless the caller sets RING_TRANSPORT (the namespaces share one kernel:
+# without tcp the ranks would find each other "on the same host" and bypass the links through
+# shared memory); other RING_* variables of the caller pass through. Default command:
 #   DIR/perf/ring_perf -C allreduce -b 4K -e 64M -f 4 -c 1
 # Prints rank 0's stdout at the end; exit status 0 if every rank exited 0. Needs root.
 set -euo pipefail
