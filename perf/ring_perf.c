@@ -103,6 +103,8 @@
 
 #include "engine.h"
 #include "p2p.h"
+
+extern char **environ;
 #include "perf_common.h"
 #include "reduce.h"
 #include "ring_config.h"

@@ -1466,6 +1466,7 @@ static int scenario_large(uint64_t seed)
             large_fill(buf + (size_t)g_rank * each, each, g_rank);
         }
         if (k == 3) large_fill(buf, bytes = 2 * each, g_rank);
+        if (k >= 2) buf[bytes] = 0x77; /* the byte just past these calls' 2 x each (count - 1) */
         double t0 = now_s();
         unsigned char *mine = buf + (size_t)g_rank * each;
         ring_result_t rc = k == 0   ? ring_allreduce(c.comm, buf, buf, count, RING_INT8, RING_SUM)
@@ -1482,6 +1483,10 @@ static int scenario_large(uint64_t seed)
         size_t bad = k < 2    ? large_check(buf, 0, count, 0, 1, what[k])
                      : k == 2 ? large_check(buf, 0, each, 0, 0, what[k]) + large_check(buf + each, 0, each, 1, 1, what[k])
                               : large_check(mine, (size_t)g_rank * each, each, 0, 1, what[k]);
+        if (k >= 2 && buf[bytes] != 0x77) {
+            wlog("GUARD large %s: byte %zu after the end was written", what[k], bytes);
+            bad++;
+        }
         for (size_t i = 0; i < tail; i++)
             if (buf[count + i] != (uint8_t)(0x5a ^ i)) {
                 wlog("GUARD large %s: byte %zu after the end was written", what[k], i);

@@ -725,7 +725,7 @@ static long mem_available_kib(void)
     return kib;
 }
 
-/* 2^31 + 3 int8 elements (all-reduce, broadcast; an all-gather of 2 x 2^30 + 1): every index
+/* 2^31 + 3 int8 elements (all-reduce, broadcast; all-gather and reduce-scatter of 2 x 2^30 + 1): every index
  * and byte count past INT_MAX/UINT32 limits (mp_worker scenario_large). */
 Test(collectives, large_n2, .timeout = 360)
 {

@@ -382,12 +382,19 @@ static const char *sig_name(int sig)
     }
 }
 
+/* SIGCONTs received, and their count when the last SIGTSTP came: a SIGCONT sent right after a
+ * SIGTSTP, before the main loop got to stop the job, must cancel the stop, not be used up
+ * before it and leave the job stopped. */
+static volatile sig_atomic_t conts, conts_at_tstp;
+
 /* The byte is the signal number, with 0x80 when the kernel sent it (SI_KERNEL): a terminal's
  * Ctrl-C, quit or hangup, which went to its whole foreground process group. */
 static void on_signal(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
     int saved = errno;
+    if (sig == SIGCONT) conts = conts + 1;
+    if (sig == SIGTSTP) conts_at_tstp = conts;
     unsigned char c = (unsigned char)sig;
     if (si && si->si_code == SI_KERNEL) c |= 0x80;
     /* A full self-pipe already wakes the loop; dropping a byte then loses nothing that matters. */
@@ -668,12 +675,15 @@ static bool is_pass_sig(int sig)
 
 /* SIGTSTP: the ranks stop, then ringrun, until a SIGCONT; the time stopped does not count
  * against --timeout or the grace period. The ranks' RING_TIMEOUT_MS clocks run on: a stop
- * longer than that ends a collective in progress with a timeout once they resume. */
+ * longer than that ends a collective in progress with a timeout once they resume. ringrun
+ * stops even in an orphaned process group, where the kernel would drop a SIGTSTP's default
+ * stop: it was asked to by a kill, which a SIGCONT undoes. */
 static void stop_job(bool tty)
 {
+    if (conts != conts_at_tstp) return; /* resumed already */
     signal_job(SIGSTOP, tty);
     const double t0 = now_s();
-    raise(SIGSTOP);
+    if (conts == conts_at_tstp) raise(SIGSTOP);
     const double stopped = now_s() - t0;
     signal_job(SIGCONT, false);
     if (t_timeout) t_timeout += stopped;

@@ -188,7 +188,8 @@ if { want coll || want allreduce; } && [ -x "$build/perf/cuda/cuda_coll_check" ]
         RING_CHUNK_BYTES=64K "${sr[@]}" "$cc" --gpu-stuck ring
     step "coll-gpu-stuck-ring-ipc" "$results/coll.log" env RING_TIMEOUT_MS=3000 RING_CUDA_IPC=ring \
         RING_CHUNK_BYTES=64K "${sr[@]}" "$cc" --gpu-stuck ring --expect-ipc
-    step "coll-gpu-stuck-direct" "$results/coll.log" env RING_TIMEOUT_MS=3000 "${sr[@]}" "$cc" --gpu-stuck direct
+    step "coll-gpu-stuck-direct" "$results/coll.log" env RING_TIMEOUT_MS=3000 RING_CUDA_DIRECT_WORK=each "${sr[@]}" "$cc" \
+        --gpu-stuck direct
 fi
 
 if [ $bench = 1 ]; then
