@@ -1009,18 +1009,33 @@ static bool wait_states(const pid_t *pids, int n, bool stopped, double within)
     return all_in_state(pids, n, stopped);
 }
 
+/* Two ranks that work about 1 s and print "done", under ringrun --timeout T; pids[0..1]. */
+static void start_workers(run_t *r, const char *timeout, pid_t *pids)
+{
+    const char *script = "echo ready pid=$$; i=0; while [ $i -lt 20 ]; do sleep .05; i=$((i+1)); done; echo done";
+    const char *args[] = {"-n", "2", "--timeout", timeout, "/bin/sh", "-c", script, NULL};
+    start_run(r, args, NULL, NULL);
+    wait_ready(r, 2, pids);
+}
+
+/* ringrun exited 0 within `within` seconds and both ranks finished their work. */
+static void workers_done(run_t *r, double within)
+{
+    finish_run(r, within);
+    cr_assert_eq(exit_code(r), 0, "stderr:\n%s", r->b[1].d);
+    assert_stdout_line(r, "[0] done");
+    assert_stdout_line(r, "[1] done");
+}
+
 /* SIGTSTP from outside a terminal (kill, a batch system) stops the ranks and ringrun, SIGCONT
  * resumes them, and the time stopped does not count against --timeout: here the ranks work
  * about 1 s, are stopped for 5 s, and the job must still end inside its 4 s limit. ringrun
  * used to stop alone while the ranks ran on. */
 RR_TEST(sigtstp_stops_the_ranks_and_sigcont_resumes_them)
 {
-    const char *script = "echo ready pid=$$; i=0; while [ $i -lt 20 ]; do sleep .05; i=$((i+1)); done; echo done";
-    const char *args[] = {"-n", "2", "--timeout", "4", "/bin/sh", "-c", script, NULL};
     run_t r;
     pid_t pids[3];
-    start_run(&r, args, NULL, NULL);
-    wait_ready(&r, 2, pids);
+    start_workers(&r, "4", pids);
     pids[2] = r.pid;
     cr_assert_eq(kill(r.pid, SIGTSTP), 0);
     cr_assert(wait_states(pids, 3, true, 3), "after SIGTSTP: rank 0 '%c', rank 1 '%c', ringrun '%c' (T: stopped)",
@@ -1031,10 +1046,7 @@ RR_TEST(sigtstp_stops_the_ranks_and_sigcont_resumes_them)
     cr_assert_eq(kill(r.pid, SIGCONT), 0);
     cr_assert(wait_states(pids, 3, false, 3), "after SIGCONT: rank 0 '%c', rank 1 '%c', ringrun '%c'", pid_state(pids[0]),
               pid_state(pids[1]), pid_state(pids[2]));
-    finish_run(&r, 5);
-    cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
-    assert_stdout_line(&r, "[0] done");
-    assert_stdout_line(&r, "[1] done");
+    workers_done(&r, 5);
     assert_stderr_has(&r, "stopped by SIGTSTP for");
     free_run(&r);
 }
@@ -1043,18 +1055,12 @@ RR_TEST(sigtstp_stops_the_ranks_and_sigcont_resumes_them)
  * to be used up first, and ringrun then stopped itself with nothing left to wake it. */
 RR_TEST(sigcont_right_after_sigtstp_leaves_the_job_running)
 {
-    const char *script = "echo ready pid=$$; i=0; while [ $i -lt 20 ]; do sleep .05; i=$((i+1)); done; echo done";
-    const char *args[] = {"-n", "2", "--timeout", "10", "/bin/sh", "-c", script, NULL};
     run_t r;
     pid_t pids[2];
-    start_run(&r, args, NULL, NULL);
-    wait_ready(&r, 2, pids);
+    start_workers(&r, "10", pids);
     cr_assert_eq(kill(r.pid, SIGTSTP), 0);
     cr_assert_eq(kill(r.pid, SIGCONT), 0);
-    finish_run(&r, 6);
-    cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
-    assert_stdout_line(&r, "[0] done");
-    assert_stdout_line(&r, "[1] done");
+    workers_done(&r, 6);
     free_run(&r);
 }
 
