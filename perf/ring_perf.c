@@ -103,8 +103,6 @@
 
 #include "engine.h"
 #include "p2p.h"
-
-extern char **environ;
 #include "perf_common.h"
 #include "reduce.h"
 #include "ring_config.h"
@@ -119,6 +117,8 @@ extern char **environ;
 #include "cuda/mem.h"
 #include "cuda/ring_cuda.h"
 #endif
+
+extern char **environ; /* <unistd.h> declares it only with _GNU_SOURCE */
 
 /* alpha probe: enough trips for a stable median on a loaded machine, a few ms in all on loopback. */
 #define ALPHA_REPS 100

@@ -459,15 +459,16 @@ static ring_result_t stage(ring_comm_t *comm, direct_t *d, const ring__opdesc_t 
  * abort or a peer's failure does not cut these waits short (the GPU finishes what it was
  * given: a kernel of the direct path takes milliseconds); RING_TIMEOUT_MS bounds them, once:
  * work that already had RING_TIMEOUT_MS (d->stuck) is not waited for again, nor is it said
- * finished. On success stage 2 already said all of it. Errors here keep the call's first
- * error.
+ * finished. Errors here keep the call's first error.
  */
 static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, struct CUstream_st *st, int queued,
                    ring_result_t rc, const rec_t *recs)
 {
+    /* Success: stage 2 said all of it, and the work's end was said when it came. */
+    if (rc == RING_OK) return;
     const int64_t start = ring__now_ns(), bound = (int64_t)comm->params.timeout_ms * 1000000LL;
     const uint64_t mark = op->seq + 1, stage1 = stage_mark(op, 1);
-    int done = !queued || rc == RING_OK;
+    int done = !queued;
     /* Recorded again: the call may have failed between queueing and recording. */
     if (!done && !d->stuck && ring__cuda_event_record(NULL, d->ev, st) == RING_OK) {
         while (ring__now_ns() - start < bound && ring__cuda_event_query(NULL, d->ev, &done) == RING_OK && !done)
@@ -475,7 +476,6 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
         if (!done && ring__now_ns() - start >= bound) d->stuck = 1;
     }
     if (done) atomic_store_explicit(&d->row[comm->rank].worked, mark, memory_order_release);
-    if (rc == RING_OK) return;
     atomic_store_explicit(&d->row[comm->rank].withdrawn, mark, memory_order_seq_cst);
     for (int p = 0; p < comm->nranks; p++) {
         /* Not at stage 1 now: it sees the withdrawal when it gets there (stage()). This
