@@ -176,7 +176,10 @@ int pc_parse_opt(pc_opts_t *o, int ch, const char *arg, const char **err)
 int pc_next_size(size_t *size, size_t factor, size_t incr)
 {
     if (factor) {
-        if (*size == 0) *size = 1; /* -b 0 */
+        if (*size == 0) { /* -b 0: the next row is 1 B, then the factor applies */
+            *size = 1;
+            return 1;
+        }
         if (*size > SIZE_MAX / factor) return 0;
         *size *= factor;
     } else {

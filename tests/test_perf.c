@@ -289,8 +289,10 @@ Test(perf, next_size)
     cr_expect_eq(pc_next_size(&s, 4, 0), 1);
     cr_expect_eq(s, 16);
     s = 0;
-    cr_expect_eq(pc_next_size(&s, 2, 0), 1, "-b 0 starts at 1");
-    cr_expect_eq(s, 2);
+    cr_expect_eq(pc_next_size(&s, 4, 0), 1, "-b 0 goes to 1 B");
+    cr_expect_eq(s, 1);
+    cr_expect_eq(pc_next_size(&s, 4, 0), 1, "then by the factor");
+    cr_expect_eq(s, 4);
     s = 100;
     cr_expect_eq(pc_next_size(&s, 0, 28), 1);
     cr_expect_eq(s, 128);
@@ -318,6 +320,12 @@ Test(perf, sweep_rows)
     cr_expect_eq(pc_sweep_rows(&o, 1), 1, "-b 2 -e 3 with int8: 2 B (4 B is past -e)");
     o.minb = o.maxb = 0;
     cr_expect_eq(pc_sweep_rows(&o, 1), 0, "-b 0 -e 0");
+    o.maxb = 1;
+    cr_expect_eq(pc_sweep_rows(&o, 1), 1, "-b 0 -e 1 with int8: the 1 B row");
+    o.maxb = 16;
+    o.factor = 4;
+    cr_expect_eq(pc_sweep_rows(&o, 1), 3, "-b 0 -e 16 -f 4: 1, 4, 16 B");
+    o.factor = 2;
     o.factor = 0;
     o.incr = 1;
     o.minb = 9;

@@ -14,7 +14,9 @@
  * to PREFIX-TASK-MODE.png with gnuplot when gnuplot is installed. --help lists the options.
  */
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -162,6 +164,13 @@ static int parse_double(const char *s, double *v)
     return end != s && !*end && !errno && isfinite(*v);
 }
 
+/* The optimizer keeps these as float: a double past FLT_MAX would become inf there, and
+ * training would print NaN losses and still exit 0. */
+static int parse_float(const char *s, double *v)
+{
+    return parse_double(s, v) && fabs(*v) <= FLT_MAX;
+}
+
 /* 1: run; 0: bad arguments (message printed); -1: --help was printed. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -218,7 +227,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->samples_set = 1;
             break;
         case O_LR:
-            if (!parse_double(optarg, &v) || !(v > 0)) goto bad;
+            if (!parse_float(optarg, &v) || !(v > 0)) goto bad;
             o->lr = (float)v;
             o->lr_set = 1;
             break;
@@ -228,7 +237,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->momentum_set = 1;
             break;
         case O_WD:
-            if (!parse_double(optarg, &v) || v < 0) goto bad;
+            if (!parse_float(optarg, &v) || v < 0) goto bad;
             o->wd = (float)v;
             break;
         case O_HIDDEN:
@@ -263,7 +272,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_STRAG: {
             char *end;
             long r = strtol(optarg, &end, 10);
-            if (end == optarg || *end != ':' || r < 0 || !parse_double(end + 1, &v) || v < 0) goto bad;
+            /* At most a day: sleep_ms's timespec must hold it. */
+            if (end == optarg || *end != ':' || r < 0 || r > INT_MAX || !parse_double(end + 1, &v) ||
+                v < 0 || v > 86400e3)
+                goto bad;
             o->straggler_rank = (int)r;
             o->straggler_ms = v;
             break;

@@ -399,6 +399,24 @@ Test(ddp, demo_fails_when_the_loss_stays_above_the_threshold, .timeout = 300)
     run_ringrun(2, args, 1);
 }
 
+/* Values that parse as doubles but that the float optimizer or the sleep cannot hold are
+ * refused up front, rather than training on inf and printing NaN losses with exit status 0. */
+Test(ddp, demo_refuses_values_it_cannot_hold, .timeout = 300)
+{
+    static const char *const bad[][2] = {
+        {"--lr", "1e300"}, {"--weight-decay", "1e39"}, {"--straggler", "0:1e300"}, {"--straggler", "4294967296:1"}};
+    char out[512], log[512], want[128];
+    snprintf(out, sizeof out, "%s/demo", tmpdir);
+    snprintf(log, sizeof log, "%s/log", tmpdir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *args[] = {env_path("RT_TEST_DDP_TRAIN"), "--task", "house", "--epochs", "1", "--out", out,
+                              "--no-plot", "--quiet", bad[i][0], bad[i][1], NULL};
+        run_ringrun(1, args, 1);
+        snprintf(want, sizeof want, "bad value '%s' for %s", bad[i][1], bad[i][0]);
+        cr_expect(strstr(tail_of(log), want), "%s %s: no \"%s\" in:\n%s", bad[i][0], bad[i][1], want, tail_of(log));
+    }
+}
+
 static void write_csv(const char *path, int classification)
 {
     FILE *f = fopen(path, "w");
