@@ -406,19 +406,25 @@ static uint64_t params_hash(const rt_params *p)
 /* Every rank's parameters must be the same bits after every update. */
 static ring_result_t check_replicas(struct run *r)
 {
-    uint64_t h = params_hash(&r->model.params), all[1024];
+    uint64_t h = params_hash(&r->model.params), *all = calloc((size_t)r->nranks, sizeof *all);
     ring_result_t rc;
-    if (r->nranks > 1024) return RING_OK;
+    if (!all) {
+        snprintf(r->err, sizeof r->err, "out of memory for %d parameter hashes", r->nranks);
+        rc = RING_ERR_NOMEM;
+        goto fail;
+    }
     COMM(ring_allgather(r->comm, &h, all, 1, RING_UINT64), "allgather of the parameter hashes");
     for (int k = 1; k < r->nranks; k++)
         if (all[k] != all[0]) {
             snprintf(r->err, sizeof r->err, "replicas differ after update %llu: rank 0 %016llx, rank %d %016llx",
                      (unsigned long long)r->replica_checks + 1, (unsigned long long)all[0], k, (unsigned long long)all[k]);
-            return RING_ERR_INTERNAL;
+            rc = RING_ERR_INTERNAL;
+            goto fail;
         }
     r->replica_checks++;
-    return RING_OK;
+    rc = RING_OK;
 fail:
+    free(all);
     return rc;
 }
 
