@@ -2259,50 +2259,117 @@ Test(departure, destroy_during_an_inline_call_with_an_async_one_queued_finishes_
     cr_assert_eq(ring_comm_destroy(c[1]), RING_OK);
 }
 
+/* A forged rank: its table entry, with the settings a rank of this process resolves (so that
+ * the entry passes the table checks), and a listener at its address, which is returned. */
+static int fake_rank_entry(ring__params_t *prm, ring__peer_info_t *fake)
+{
+    ring_config_t cfg;
+    ring_config_init(&cfg);
+    cfg.secret = SECRET;
+    cr_assert_eq(ring__params_resolve(prm, &cfg), RING_OK);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in la = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t ll = sizeof la;
+    cr_assert(lfd >= 0 && bind(lfd, (struct sockaddr *)&la, sizeof la) == 0 && listen(lfd, 16) == 0 &&
+                  getsockname(lfd, (struct sockaddr *)&la, &ll) == 0,
+              "fake listener: %s", strerror(errno));
+    memset(fake, 0, sizeof *fake);
+    fake->addr.len = sizeof la;
+    memcpy(fake->addr.data, &la, sizeof la);
+    snprintf(fake->host, sizeof fake->host, "fake-peer"); /* another host: TCP, never shared memory */
+    snprintf(fake->bootid, sizeof fake->bootid, "fake-boot");
+    fake->pid = 1;
+    fake->layout = ring__layout_key(prm->chunk_bytes, prm->pipeline_depth);
+    fake->flags = ring__peer_tcp_flags(prm->nsocks, prm->tcp_duplex);
+    return lfd;
+}
+
+/* The root's bootstrap connection, made by a forged rank within 10 s. */
+static int fake_rank_join(int port, const ring__params_t *prm, int rank, int n, const ring__peer_info_t *fake)
+{
+    target_t root;
+    struct sockaddr_in ra = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    memcpy(&root.ss, &ra, sizeof ra);
+    root.len = sizeof ra;
+    int bfd = -1;
+    for (double until = now_ms() + 10000; bfd < 0 && now_ms() < until; sleep_ms(10)) bfd = stranger_connect(&root, 200);
+    cr_assert(bfd >= 0, "rank 0 never listened on the root port");
+    unsigned char hello[RING__HELLO_LEN];
+    ring__hello_build(hello, prm->secret, (uint32_t)rank, (uint32_t)n, fake);
+    cr_assert_eq(send_bytes(bfd, hello, sizeof hello), 0);
+    return bfd;
+}
+
+/* Rank 0 that fails init after ranks joined tells them why. A root that timed out waiting for
+ * rank 2 used to close its connections, and rank 1 said "Connection reset by peer" (the close
+ * was read as a reset) without naming rank 2; a root that could not send the table to rank 2
+ * (it had reset its connection) left rank 1, which had the table, saying "rank 0 died". */
+Test(departure, a_root_that_fails_init_tells_the_ranks_that_joined_why, .timeout = 120)
+{
+    clear_env();
+    enum { N = 3 };
+    /* Rank 2 never comes: the root's 1 s timeout passes, rank 1 has 20 s. */
+    int port = free_port();
+    init_arg a[2];
+    init_start(&a[0], N, 0, port, 1000, NULL);
+    init_start(&a[1], N, 1, port, 20000, NULL);
+    double t0 = now_ms();
+    pthread_join(a[1].t, NULL);
+    double took = now_ms() - t0;
+    pthread_join(a[0].t, NULL);
+    cr_log_info("root timed out: rank 0: %s: %s; rank 1 after %.0f ms: %s: %s", ring_result_name(a[0].rc), a[0].msg,
+                took, ring_result_name(a[1].rc), a[1].msg);
+    cr_assert_eq(a[0].rc, RING_ERR_TIMEOUT, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
+    cr_assert_eq(a[1].rc, RING_ERR_TIMEOUT, "rank 1: %s: %s", ring_result_name(a[1].rc), a[1].msg);
+    cr_assert(strstr(a[1].msg, "missing rank(s) 2") && !strstr(a[1].msg, "reset"), "rank 1: %s", a[1].msg);
+    cr_assert_lt(took, 10000, "rank 1 took %.0f ms (its timeout: 20 s)", took);
+
+    /* Forged rank 2 joins first and resets its connection; rank 1 joins after it and gets the
+     * table before rank 0 finds rank 2's connection broken. */
+    ring__params_t prm;
+    ring__peer_info_t fake;
+    int lfd = fake_rank_entry(&prm, &fake);
+    port = free_port();
+    init_start(&a[0], N, 0, port, 20000, NULL);
+    int bfd = fake_rank_join(port, &prm, 2, N, &fake);
+    sleep_ms(300); /* rank 0 reads the HELLO */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(bfd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(bfd);
+    sleep_ms(100);
+    t0 = now_ms();
+    init_start(&a[1], N, 1, port, 20000, NULL);
+    pthread_join(a[1].t, NULL);
+    took = now_ms() - t0;
+    pthread_join(a[0].t, NULL);
+    close(lfd);
+    cr_log_info("table not sent: rank 0: %s: %s; rank 1 after %.0f ms: %s: %s", ring_result_name(a[0].rc), a[0].msg,
+                took, ring_result_name(a[1].rc), a[1].msg);
+    cr_assert_eq(a[0].rc, RING_ERR_PEER, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
+    cr_assert(strstr(a[0].msg, "sending the rank table to rank 2"), "rank 0: %s", a[0].msg);
+    cr_assert_eq(a[1].rc, RING_ERR_PEER, "rank 1: %s: %s", ring_result_name(a[1].rc), a[1].msg);
+    cr_assert(strstr(a[1].msg, "sending the rank table to rank 2") && strstr(a[1].msg, "rank 0"), "rank 1: %s",
+              a[1].msg);
+    cr_assert_lt(took, 10000, "rank 1 took %.0f ms (timeout 20 s)", took);
+}
+
 Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init_at_once, .timeout = 120)
 {
     enum { TIMEOUT_MS = 30000, N = 2 };
     for (int duplex = 1; duplex >= 0; duplex--) {
         clear_env();
         if (!duplex) setenv("RING_TCP_DUPLEX", "0", 1);
-        /* The settings rank 0 resolves, so that the forged entry passes the table checks. */
-        ring_config_t cfg;
-        ring_config_init(&cfg);
-        cfg.secret = SECRET;
         ring__params_t prm;
-        cr_assert_eq(ring__params_resolve(&prm, &cfg), RING_OK);
-
-        int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in la = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t ll = sizeof la;
-        cr_assert(lfd >= 0 && bind(lfd, (struct sockaddr *)&la, sizeof la) == 0 && listen(lfd, 16) == 0 &&
-                      getsockname(lfd, (struct sockaddr *)&la, &ll) == 0,
-                  "fake listener: %s", strerror(errno));
         ring__peer_info_t fake;
-        memset(&fake, 0, sizeof fake);
-        fake.addr.len = sizeof la;
-        memcpy(fake.addr.data, &la, sizeof la);
-        snprintf(fake.host, sizeof fake.host, "fake-peer"); /* another host: TCP, never shared memory */
-        snprintf(fake.bootid, sizeof fake.bootid, "fake-boot");
-        fake.pid = 1;
-        fake.layout = ring__layout_key(prm.chunk_bytes, prm.pipeline_depth);
-        fake.flags = ring__peer_tcp_flags(prm.nsocks, prm.tcp_duplex);
+        int lfd = fake_rank_entry(&prm, &fake);
         cr_assert_eq(prm.tcp_duplex, duplex);
 
         int port = free_port();
         init_arg a;
         init_start(&a, N, 0, port, TIMEOUT_MS, NULL);
-        target_t root;
-        struct sockaddr_in ra = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        memcpy(&root.ss, &ra, sizeof ra);
-        root.len = sizeof ra;
-        int bfd = -1;
-        for (double until = now_ms() + 10000; bfd < 0 && now_ms() < until; sleep_ms(10)) bfd = stranger_connect(&root, 200);
-        cr_assert(bfd >= 0, "rank 0 never listened on the root port");
-        unsigned char hello[RING__HELLO_LEN], table[RING__TABLE_HDR_LEN + N * RING__TABLE_ENTRY_LEN];
-        ring__hello_build(hello, prm.secret, 1, N, &fake);
-        cr_assert_eq(send_bytes(bfd, hello, sizeof hello), 0);
+        int bfd = fake_rank_join(port, &prm, 1, N, &fake);
+        unsigned char table[RING__TABLE_HDR_LEN + N * RING__TABLE_ENTRY_LEN];
         const int64_t within = 10000000000LL; /* 10 s for each read below */
         cr_assert_eq(ring__io_full(bfd, table, sizeof table, 0, ring__now_ns() + within, -1), 0, "no rank table from rank 0");
         /* As many sockets as rank 0 decides for this pair from the table it sent (tcp.c's rule,

@@ -35,6 +35,7 @@
 #include "bootstrap.h"
 #include "topo.h"
 #include "log.h"
+#include "watch.h"
 #include "wire.h"
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
@@ -252,6 +253,22 @@ static void send_reject(int fd, ring_result_t code, const char *why, int64_t dea
     (void)ring__io_full(fd, b, sizeof b, 1, d, -1);
 }
 
+/* comm->errmsg without its "bootstrap: " prefix, for a text that gets its own. */
+static const char *own_text(const ring_comm_t *comm)
+{
+    const char *m = comm->errmsg;
+    return strncmp(m, "bootstrap: ", 11) == 0 ? m + 11 : m;
+}
+
+/* Rank 0 failed init after some ranks joined: those that wait for the table get its reason
+ * in a REJECT (code: rank 0's own); without it they would see the connection close and could
+ * only guess ("rank 0 died, or other ranks never joined?"). */
+static void tell_joined(ring_comm_t *comm, ring__bootstrap_t *bs, ring_result_t code, int from, int64_t deadline)
+{
+    for (int r = from; r < comm->nranks; r++)
+        if (bs->rank_fds[r] >= 0) send_reject(bs->rank_fds[r], code, own_text(comm), deadline);
+}
+
 typedef struct pend {
     int fd;
     unsigned char buf[RING__HELLO_LEN];
@@ -289,7 +306,9 @@ static int settle(gather *g, int i, int64_t now)
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) || (c->got < RING__HELLO_LEN && now > c->deadline)) {
         RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: dropped connection from %s: %s",
                  ring__addr_str(&c->from, b, sizeof b),
-                 got == 0 ? "closed before a complete HELLO" : "no complete HELLO in time");
+                 got == 0  ? "closed before a complete HELLO"
+                 : got < 0 ? strerror(errno)
+                           : "no complete HELLO in time");
         drop(g, i);
         return 1;
     }
@@ -423,7 +442,11 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
     }
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, 0, "bootstrap: root listening on %s for %d ranks",
              ring__addr_str(&la, b, sizeof b), n);
-    RING_CHECK(root_gather(comm, bs, lfd, root, all, deadline));
+    rc = root_gather(comm, bs, lfd, root, all, deadline);
+    if (rc != RING_OK) {
+        tell_joined(comm, bs, rc, 1, deadline);
+        goto fail;
+    }
     if (getrandom(&comm->job_nonce, sizeof comm->job_nonce, 0) != (ssize_t)sizeof comm->job_nonce)
         comm->job_nonce = (uint64_t)ring__now_ns() ^ ((uint64_t)getpid() << 32);
     size_t tlen = RING__TABLE_HDR_LEN + (size_t)n * RING__TABLE_ENTRY_LEN;
@@ -442,6 +465,18 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         if (e) {
             rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_PEER,
                                     -e, "bootstrap: sending the rank table to rank %d", r);
+            /* Ranks 1..r-1 have the table and are connecting to each other, watching their
+             * star connection: they get the FAIL notice the watcher would send (which names
+             * rank r), not just a closed connection that says "rank 0 died". The rest get a
+             * REJECT with the same reason instead of the table. */
+            char text[RING__ERRMSG_MAX];
+            unsigned char f[RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX];
+            snprintf(text, sizeof text, "rank 0 (%.64s, pid %u) failed: %.680s", all[0].host, (unsigned)all[0].pid,
+                     comm->errmsg);
+            size_t fl = ring__notice_build(f, RING__NOTICE_FAIL, 0, RING_ERR_PEER, text);
+            for (int q = 1; q < r; q++)
+                (void)ring__io_full(bs->rank_fds[q], f, fl, 1, ring__now_ns() + 100 * 1000000LL, -1);
+            tell_joined(comm, bs, rc, r + 1, deadline);
             goto fail;
         }
     }
@@ -475,6 +510,15 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         }
         int cfd = -1;
         int cc_err, e = ring__connect_start(root, NULL, &cfd, &cc_err);
+        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+            /* This process is out of a resource: retrying until the deadline would end in
+             * "could not reach the root" minutes later, blaming rank 0. */
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, e,
+                                    "bootstrap: rank %d cannot open a socket to the root %s (raise the open-file "
+                                    "limit, ulimit -n)",
+                                    comm->rank, ring__addr_str(root, b, sizeof b));
+            goto fail;
+        }
         if (!e) {
             struct pollfd pf[2] = {{.fd = cfd, .events = POLLOUT}, {.fd = comm->wake_fd, .events = POLLIN}};
             int64_t left = deadline - ring__now_ns();
@@ -497,6 +541,15 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
     int e = ring__io_full(fd, hello, sizeof hello, 1, deadline, comm->wake_fd);
     unsigned char hdr[RING__TABLE_HDR_LEN];
     if (!e) e = ring__io_full(fd, hdr, sizeof hdr, 0, deadline, comm->wake_fd);
+    if (e == RING__IO_CLOSED) {
+        /* A root that fails after this rank joined says why (a REJECT); a close without one is
+         * a root that died, or one older than that. */
+        rc = ring__seterr(comm, RING_ERR_CONNECT,
+                          "bootstrap: rank %d waiting for the rank table from the root %s: the root closed the "
+                          "connection without a reason (rank 0 died?)",
+                          comm->rank, ring__addr_str(root, b, sizeof b));
+        goto fail;
+    }
     if (e) {
         rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_CONNECT,
                                 -e, "bootstrap: rank %d waiting for the rank table from the root %s (rank 0 died, or "
@@ -513,9 +566,13 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         ring__io_full(fd, why, sizeof why, 0, RING__MIN(deadline, ring__now_ns() + 1000000000LL), -1);
         why[sizeof why - 1] = '\0';
         ring_result_t code = (ring_result_t)ring__get32(hdr + 12);
-        if (code != RING_ERR_AUTH && code != RING_ERR_INVALID_ARG) code = RING_ERR_PROTOCOL;
-        rc = ring__seterr(comm, code, "bootstrap: the root %s rejected rank %d: %s",
-                          ring__addr_str(root, b, sizeof b), comm->rank, why);
+        if (code == RING_ERR_AUTH || code == RING_ERR_INVALID_ARG || code == RING_ERR_PROTOCOL)
+            rc = ring__seterr(comm, code, "bootstrap: the root %s rejected rank %d: %s",
+                              ring__addr_str(root, b, sizeof b), comm->rank, why);
+        else /* rank 0 failed itself (tell_joined); a timeout there is one here */
+            rc = ring__seterr(comm, code == RING_ERR_TIMEOUT ? RING_ERR_TIMEOUT : RING_ERR_PEER,
+                              "bootstrap: rank 0 (the root %s) failed init before rank %d got the rank table: %s",
+                              ring__addr_str(root, b, sizeof b), comm->rank, why);
         goto fail;
     }
     if (ring__get32(hdr + 4) != TYPE_TABLE || ring__get32(hdr + 8) != (uint32_t)n) {
@@ -531,6 +588,11 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         goto fail;
     }
     e = ring__io_full(fd, table, tlen, 0, deadline, comm->wake_fd);
+    if (e == RING__IO_CLOSED) {
+        rc = ring__seterr(comm, RING_ERR_PEER, "bootstrap: reading the rank table from %s: the root closed the connection",
+                          ring__addr_str(root, b, sizeof b));
+        goto fail;
+    }
     if (e) {
         rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_PEER,
                                 -e, "bootstrap: reading the rank table from %s", ring__addr_str(root, b, sizeof b));

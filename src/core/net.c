@@ -332,7 +332,7 @@ int ring__io_full(int fd, void *buf, size_t len, int writing, int64_t deadline_n
             len -= (size_t)n;
             continue;
         }
-        if (n == 0) return -ECONNRESET;
+        if (n == 0) return RING__IO_CLOSED;
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
         int64_t left = deadline_ns - ring__now_ns();

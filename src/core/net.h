@@ -55,8 +55,10 @@ void ring__sock_tune(int fd, size_t bufbytes);
 int ring__set_nonblock(int fd);
 
 /* Blocking-with-deadline I/O for the bootstrap (poll-driven, EINTR-safe, MSG_NOSIGNAL).
- * Return 0, or a negative errno (-ETIMEDOUT at the deadline, -ECONNRESET on EOF,
- * -ECANCELED when wake_fd fires). */
+ * Return 0, RING__IO_CLOSED when reading hit the end of the stream (the peer closed the
+ * connection: not an errno, so that no "Connection reset by peer" is made up for it), or a
+ * negative errno (-ETIMEDOUT at the deadline, -ECANCELED when wake_fd fires). */
+#define RING__IO_CLOSED 1
 int ring__io_full(int fd, void *buf, size_t len, int writing, int64_t deadline_ns, int wake_fd);
 
 /* Constant-time comparison, so that probing the secret byte by byte learns nothing. */

@@ -489,6 +489,11 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
                 if (now < pc->retry_at[i]) continue;
                 int cc_err, e = ring__connect_start(&pc->addr, pc->cc, &pc->fds[i], &cc_err);
                 if (cc_err) return cc_error(comm, cc_err, pc->cc);
+                if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
+                    return ring__seterr_errno(comm, RING_ERR_SYSTEM, e,
+                                              "tcp: rank %d cannot open a socket to rank %d (each peer takes up to "
+                                              "RING_NSOCKS descriptors: raise the open-file limit, ulimit -n)",
+                                              comm->rank, peer);
                 if (e) return ring__seterr_errno(comm, RING_ERR_CONNECT, e, "connect to rank %d at %s", peer,
                                                  ring__addr_str(&pc->addr, b, sizeof b));
             }
