@@ -2354,6 +2354,50 @@ Test(departure, a_root_that_fails_init_tells_the_ranks_that_joined_why, .timeout
     cr_assert_lt(took, 10000, "rank 1 took %.0f ms (timeout 20 s)", took);
 }
 
+/* A rank in init looks at its star connection with the root: a goodbye there that the root
+ * relayed for another rank (it finished init and left) must not hide the root's own death
+ * afterwards. It did: the look found "a goodbye" and took the closed connection for a rank
+ * that left, on every later look too. */
+Test(departure, a_relayed_goodbye_does_not_hide_the_roots_death_during_init, .timeout = 30)
+{
+    enum { N = 3 };
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    ring__peer_info_t peers[N];
+    memset(peers, 0, sizeof peers);
+    for (int r = 0; r < N; r++) {
+        snprintf(peers[r].host, sizeof peers[r].host, "host%d", r);
+        peers[r].pid = 100u + (unsigned)r;
+    }
+    ring__bootstrap_t bs = {.root_fd = sv[0], .rank_fds = NULL, .nranks = N};
+    ring_comm_t *view = calloc(1, sizeof *view);
+    cr_assert(view);
+    view->rank = 2;
+    view->nranks = N;
+    view->peers = peers;
+    view->bs = &bs;
+    unsigned char f[RING__NOTICE_HDR + RING__NOTICE_TEXT_MAX];
+    size_t n = ring__notice_build(f, RING__NOTICE_BYE, 1, 0, NULL); /* rank 1 left, relayed by the root */
+    cr_assert_eq(send_bytes(sv[1], f, n), 0);
+    cr_assert_eq(ring__watch_init_check(view, "connecting to peers"), RING_OK, "rank 1's goodbye is no failure: %s",
+                 view->errmsg);
+    close(sv[1]); /* the root dies */
+    ring_result_t rc = ring__watch_init_check(view, "connecting to peers");
+    cr_assert_eq(rc, RING_ERR_PEER, "the root's connection closed after a relayed goodbye: %s: %s", ring_result_name(rc),
+                 view->errmsg);
+    cr_assert(strstr(view->errmsg, "rank 0") && strstr(view->errmsg, "died"), "%s", view->errmsg);
+    /* The root's own goodbye before its close is a root that left. */
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    close(bs.root_fd);
+    bs.root_fd = sv[0];
+    n = ring__notice_build(f, RING__NOTICE_BYE, 0, 0, NULL);
+    cr_assert_eq(send_bytes(sv[1], f, n), 0);
+    close(sv[1]);
+    cr_assert_eq(ring__watch_init_check(view, "connecting to peers"), RING_OK, "%s", view->errmsg);
+    close(sv[0]);
+    free(view);
+}
+
 Test(departure, a_peer_that_resets_the_connections_before_taking_them_fails_init_at_once, .timeout = 120)
 {
     enum { TIMEOUT_MS = 30000, N = 2 };

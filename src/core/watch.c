@@ -426,8 +426,10 @@ static ring_result_t star_look(ring_comm_t *comm, int fd, int r, short revents, 
         if (used < 0)
             return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: garbage on the bootstrap connection with rank %d", what, r);
         /* A goodbye is a rank that finished init and left: not a death, and not this wait's
-         * business (the connections it waits on say what it means for them). */
-        bye |= type == RING__NOTICE_BYE;
+         * business (the connections it waits on say what it means for them). Only the owner's
+         * own: a goodbye the root relayed for another rank does not explain the root's
+         * connection closing, and since a look only peeks, it would excuse every later close. */
+        bye |= type == RING__NOTICE_BYE && origin == (uint32_t)r;
         if (type == RING__NOTICE_FAIL) {
             if (r == 0) return ring__seterr(comm, RING_ERR_PEER, "%s: during init: %.*s", what, (int)tl, (const char *)t);
             return ring__seterr(comm, RING_ERR_PEER, "%s: rank %d (%s, pid %u) failed during init: %.*s", what, r,
