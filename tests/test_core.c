@@ -1919,6 +1919,76 @@ Test(log, a_closed_stderr_is_not_written_once_something_else_takes_fd_2)
     clear_env();
 }
 
+/* A RING_DEBUG_FILE that cannot be opened (a missing directory) leaves the log on stderr, and
+ * stderr says so; it used to say nothing, and the file the user looked for never came. */
+Test(log, a_debug_file_that_cannot_be_opened_is_named_on_stderr)
+{
+    clear_env();
+    char err[] = "/tmp/ringlog-err-XXXXXX";
+    int efd = mkstemp(err);
+    cr_assert_geq(efd, 0);
+    int saved = dup(2);
+    cr_assert_eq(dup2(efd, 2), 2);
+    close(efd);
+    setenv("RING_DEBUG", "WARN", 1);
+    setenv("RING_DEBUG_FILE", "/nonexistent-ringcomm-dir/log-%p", 1);
+    ring__log_init();
+    RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "a NET warning");
+    dup2(saved, 2);
+    close(saved);
+    char out[4096] = "";
+    FILE *f = fopen(err, "r");
+    cr_assert_not_null(f);
+    out[fread(out, 1, sizeof out - 1, f)] = '\0';
+    fclose(f);
+    unlink(err);
+    clear_env();
+    cr_assert(strstr(out, "RING_DEBUG_FILE: cannot open /nonexistent-ringcomm-dir/log-") &&
+                  strstr(out, "No such file or directory"),
+              "%s", out);
+    cr_assert(strstr(out, "a NET warning"), "the log is not on stderr: %s", out);
+}
+
+/* The log takes its copy of stderr at the first communicator (api.md), not at its first line:
+ * a program that replaced fd 2 after init (closed it, and a file of its own took the number)
+ * had the library's warnings written into that file. */
+Test(log, stderr_is_taken_at_the_first_communicator)
+{
+    clear_env();
+    char was[] = "/tmp/ringlog-was-XXXXXX", mine[] = "/tmp/ringlog-mine-XXXXXX";
+    int wfd = mkstemp(was), mfd = mkstemp(mine);
+    cr_assert(wfd >= 0 && mfd >= 0);
+    close(mfd);
+    int saved = dup(2);
+    cr_assert_eq(dup2(wfd, 2), 2);
+    close(wfd);
+    setenv("RING_DEBUG", "WARN", 1);
+    ring_comm_t *c = NULL;
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_OK);
+    close(2);
+    mfd = open(mine, O_WRONLY | O_APPEND | O_CLOEXEC);
+    cr_assert_eq(mfd, 2, "the program's own file did not take fd 2");
+    int x = 0;
+    cr_assert_eq(ring_broadcast(c, &x, 1, RING_INT32, 5), RING_ERR_INVALID_ARG);
+    ring_comm_destroy(c);
+    dup2(saved, 2);
+    close(saved);
+    char got_was[4096] = "", got_mine[4096] = "";
+    FILE *f = fopen(was, "r");
+    cr_assert_not_null(f);
+    got_was[fread(got_was, 1, sizeof got_was - 1, f)] = '\0';
+    fclose(f);
+    f = fopen(mine, "r");
+    cr_assert_not_null(f);
+    got_mine[fread(got_mine, 1, sizeof got_mine - 1, f)] = '\0';
+    fclose(f);
+    unlink(was);
+    unlink(mine);
+    clear_env();
+    cr_assert_eq(got_mine[0], '\0', "the log went into the program's file: %s", got_mine);
+    cr_assert(strstr(got_was, "root 5 out of range"), "the warning is not on the stderr of init: \"%s\"", got_was);
+}
+
 /* A shared-memory peer that publishes its last message while this rank's sleep flag is down (so
  * it rings no doorbell) and then closes its socket: the message can be taken at once, so the
  * wait must not sleep (pollfds used to return no descriptor, and the rank slept up to 1 s on

@@ -11,6 +11,7 @@
 #include "cuda/direct.h"
 #include "cuda/mem.h"
 #include "engine.h"
+#include "log.h"
 #include "param.h"
 #include "reduce.h"
 
@@ -225,9 +226,41 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
 }
 
+/* What ran, for the TRACE line: the algorithm ring__algo_for picks (run_op takes the ring
+ * where a forced one does not fit the collective). */
+static const char *algo_label(const ring_comm_t *comm, const ring__opdesc_t *op)
+{
+    if (comm->nranks == 1) return "one rank";
+#if RING_HAVE_CUDA
+    if (op->mem_device) return "device buffers";
+#endif
+    switch (ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype))) {
+    case RING__ALGO_RD: return "recursive doubling";
+    case RING__ALGO_RH: return op->coll == RING__COLL_ALLREDUCE ? "recursive halving" : "ring";
+    case RING__ALGO_TREE: return op->coll == RING__COLL_BROADCAST ? "tree" : "ring";
+    case RING__ALGO_SM: return op->coll == RING__COLL_BARRIER ? "shared memory" : "shared-memory all-reduce";
+    default: return "ring";
+    }
+}
+
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
+    const int trace = ring__log_on(RING_LOG_TRACE, RING_SUB_COLL);
+    const int64_t t0 = trace ? ring__now_ns() : 0;
     ring_result_t rc = run_op(comm, op);
+    /* One line per call whatever the algorithm (the ring engine adds its own message counts). */
+    if (trace) {
+        char what[96] = "";
+        if (op->coll == RING__COLL_ALLREDUCE || op->coll == RING__COLL_REDUCE_SCATTER)
+            snprintf(what, sizeof what, "count %zu %s %s, ", op->count, ring__dtype_name(op->dtype), ring__op_name(op->op));
+        else if (op->coll == RING__COLL_BROADCAST)
+            snprintf(what, sizeof what, "count %zu %s root %d, ", op->count, ring__dtype_name(op->dtype), op->root);
+        else if (op->coll == RING__COLL_ALLGATHER)
+            snprintf(what, sizeof what, "count %zu %s, ", op->count, ring__dtype_name(op->dtype));
+        RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "%s #%llu: %s%s: %s in %.1f us", ring__coll_name(op->coll),
+                 (unsigned long long)op->seq, what, algo_label(comm, op), ring_result_name(rc),
+                 (double)(ring__now_ns() - t0) / 1e3);
+    }
     comm->stuck_op = NULL;
     /* Done with this call's records, whatever the result: a rank that is HIST calls ahead
      * waits for this before it rewrites the slot (ring__callrec_room). */

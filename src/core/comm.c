@@ -484,7 +484,6 @@ static ring_result_t plan_placement(ring_comm_t *comm)
     comm->plan = calloc(1, sizeof *comm->plan);
     if (!comm->plan) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
     RING_CHECK(ring__topo_req_init(comm, topo, &req));
-    req.nic_spec = comm->params.ifname[0] ? comm->params.ifname : NULL;
     const char *src = ring__topo_env_local_rank(&req.local_rank, &req.nlocal);
     req.local_unknown = !src && comm->nranks > 1;
     RING_CHECK(ring__topo_plan(comm, topo, &req, comm->plan));
@@ -665,6 +664,9 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
                                     const ring_config_t *cfg)
 {
     ring_result_t rc = RING_OK;
+    /* The log takes its copy of stderr now, as api.md says: set up at its first line instead, a
+     * program that closed fd 2 after init would have the log written into whatever took it. */
+    ring__log_init();
     if (!out) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: comm pointer is NULL");
     *out = NULL;
     if (nranks < 1 || rank < 0 || rank >= nranks)

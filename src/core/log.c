@@ -77,9 +77,12 @@ static void open_file(const char *pattern)
     if (fd >= 0) {
         if (log_fd >= 0) close(log_fd);
         log_fd = fd;
-    } else if (!fits && log_fd >= 0) {
-        static const char m[] = "ringcomm: RING_DEBUG_FILE names a path longer than 511 bytes; logging to stderr\n";
-        ssize_t w = write(log_fd, m, sizeof m - 1);
+    } else if (log_fd >= 0) {
+        char m[640];
+        int k = fits ? snprintf(m, sizeof m, "ringcomm: RING_DEBUG_FILE: cannot open %s (%s); logging to stderr\n", path,
+                                strerror(errno))
+                     : snprintf(m, sizeof m, "ringcomm: RING_DEBUG_FILE names a path longer than 511 bytes; logging to stderr\n");
+        ssize_t w = write(log_fd, m, k < (int)sizeof m ? (size_t)k : sizeof m - 1);
         (void)w;
     }
 }

@@ -374,7 +374,9 @@ ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring
     if (mode < 0)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "RING_BIND=\"%s\": expected auto, force or none", b);
     req->bind = (ring__bind_mode_t)mode;
-    req->nic_spec = getenv("RING_SOCKET_IFNAME");
+    /* A communicator's resolved interface: ring_config_t's socket_ifname, where it was set, wins
+     * over the variable (api.md). */
+    req->nic_spec = !comm ? getenv("RING_SOCKET_IFNAME") : comm->params.ifname[0] ? comm->params.ifname : NULL;
     req->hca_spec = getenv("RING_IB_HCA");
     if (t && t->have_hwloc && !t->from_file) {
         req->bound_known = ring__cpumask_current(&req->bound) == 0;
