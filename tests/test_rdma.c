@@ -77,6 +77,36 @@ Test(rdma_gid, roce_v1_only_and_ipv6_only_ports)
     cr_assert(strstr(why, "IPv6"), "%s", why);
 }
 
+/* An IPv6-only RoCE v2 port: the routable address, not the link-local one at index 0 (RoCE v2
+ * between subnets cannot route from fe80::); it took index 0, as the lowest of equal scores. */
+Test(rdma_gid, ipv6_only_port_takes_the_routable_address)
+{
+    ring__gid_ent_t g = {.index = 1, .type = RING__GID_ROCE_V2};
+    g.gid[0] = 0x20, g.gid[1] = 0x01, g.gid[2] = 0x0d, g.gid[3] = 0xb8, g.gid[15] = 5;
+    ring__gid_ent_t t[2] = {v6_link_local(0, RING__GID_ROCE_V2), g};
+    char why[256];
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, why, sizeof why), 1, "%s", why);
+    cr_assert(strstr(why, "IPv6") && !strstr(why, "link-local"), "%s", why);
+    /* IPv4 still comes first. */
+    ring__gid_ent_t u[3] = {t[0], t[1], v4(2, RING__GID_ROCE_V2, 10, 0, 0, 5)};
+    cr_assert_eq(ring__rdma_pick_gid(u, 3, 0, NULL, why, sizeof why), 2, "%s", why);
+}
+
+/* A queue pair takes an 8-bit source GID index: in a table of hundreds of entries (addresses,
+ * VLANs), the best one past 255 must not be picked, as it would be cut to index & 255 at RTR
+ * (300 became 44). */
+Test(rdma_gid, entries_past_index_255_are_not_picked)
+{
+    ring__gid_ent_t t[301];
+    for (int i = 0; i < 300; i++) t[i] = v4((uint32_t)i, RING__GID_ROCE_V2, 10, 1, (uint8_t)(i >> 8), (uint8_t)i);
+    t[300] = v4(300, RING__GID_ROCE_V2, 192, 168, 7, 5);
+    char why[256];
+    const uint8_t want[4] = {192, 168, 7, 5};
+    int got = ring__rdma_pick_gid(t, 301, 0, want, why, sizeof why);
+    cr_assert(got >= 0 && got <= 255, "picked %d: %s", got, why);
+    cr_assert(strstr(why, "no GID carries"), "%s", why);
+}
+
 Test(rdma_gid, infiniband_takes_an_ib_gid_and_ignores_roce_entries)
 {
     ring__gid_ent_t t[3] = {v4(0, RING__GID_ROCE_V2, 10, 0, 0, 1), v6_link_local(1, RING__GID_IB), v6_link_local(2, RING__GID_IB)};

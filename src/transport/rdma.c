@@ -75,6 +75,7 @@
 #include "net.h"
 #include "rdma.h"
 #include "topo.h"
+#include "watch.h"
 #include "wire.h"
 
 #define OFFER_MAGIC 0x5247524fu /* "RGRO" */
@@ -1056,6 +1057,12 @@ static ring_result_t send_credit(rdma_conn *c)
             if (c->ctx->dead) return conn_fail(c, c->ctx->dead, "%s", c->ctx->dead_msg);
             drain_socket(c);
             if (c->peer_closed) return RING_OK;
+            /* As the engine's own waits: an abort or another rank's failure ends this one
+             * within a pass (a port that went down leaves the entries taken until the
+             * timeout, and the call would hold a CPU until then). */
+            if (atomic_load(&c->ctx->comm->aborted))
+                return conn_fail(c, RING_ERR_ABORTED, "aborted by ring_comm_abort while waiting to send a credit");
+            if (atomic_load(&c->ctx->comm->remote_failed)) return ring__remote_result(c->ctx->comm, "rdma");
             if (ring__now_ns() > deadline)
                 return conn_fail(c, RING_ERR_TIMEOUT, "no send queue entry came free for a credit in %d ms (RING_TIMEOUT_MS)",
                                  c->ctx->comm->params.timeout_ms);
@@ -1121,7 +1128,10 @@ static ring_result_t poll_cq(rdma_conn *c, int *moved)
             int kind = (int)(wc[i].wr_id >> 56), q = (int)((wc[i].wr_id >> 48) & 0xff);
             uint64_t low = wc[i].wr_id & 0xffffffffffffull;
             if (wc[i].status != IBV_WC_SUCCESS) {
-                /* After the first error the queue pair flushes everything else: say the first. */
+                /* After the first error the queue pair flushes everything else: say the first.
+                 * A flush can also be the first completion after a device event moved the queue
+                 * pair to the error state, which is then the cause to say. */
+                if (wc[i].status == IBV_WC_WR_FLUSH_ERR && !c->failed) drain_async(c->ctx);
                 if (wc[i].status == IBV_WC_WR_FLUSH_ERR && c->failed) continue;
                 return conn_fail(c, RING_ERR_PEER, "%s %s (status %d, vendor error 0x%x)%s",
                                  kind == K_RECV     ? "receive"

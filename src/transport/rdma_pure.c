@@ -10,6 +10,8 @@ static int is_v4_mapped(const uint8_t g[16])
     return memcmp(g, pre, sizeof pre) == 0;
 }
 
+static int is_link_local(const uint8_t g[16]) { return g[0] == 0xfe && (g[1] & 0xc0) == 0x80; }
+
 static int is_zero(const uint8_t g[16])
 {
     for (int i = 0; i < 16; i++)
@@ -27,16 +29,19 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
     int best = -1, best_score = -1;
     for (int i = 0; i < n; i++) {
         const ring__gid_ent_t *e = &t[i];
-        if (is_zero(e->gid)) continue;
+        /* A queue pair's source GID index is 8 bits (ibv_global_route.sgid_index): an entry
+         * past 255 would be cut to another one at RTR. */
+        if (is_zero(e->gid) || e->index > 255) continue;
         int score;
         if (is_ib) {
             if (e->type != RING__GID_IB) continue;
             score = 1;
         } else {
             if (e->type == RING__GID_IB) continue;
-            /* v2 over v1, IPv4 over the link-local IPv6 GIDs every port has, and the bootstrap
+            /* v2 over v1, IPv4 over IPv6, a routable IPv6 address over the link-local one every
+             * port has (RoCE v2 between subnets cannot route from fe80::), and the bootstrap
              * address over the rest. */
-            score = (e->type == RING__GID_ROCE_V2 ? 4 : 0) + (is_v4_mapped(e->gid) ? 2 : 0) +
+            score = (e->type == RING__GID_ROCE_V2 ? 4 : 0) + (is_v4_mapped(e->gid) ? 2 : is_link_local(e->gid) ? 0 : 1) +
                     (want_v4 && is_v4_mapped(e->gid) && !memcmp(e->gid + 12, want_v4, 4) ? 8 : 0);
         }
         if (score > best_score || (score == best_score && e->index < t[best].index)) best = i, best_score = score;
@@ -54,8 +59,8 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
                  best_score >= 8 ? " (the bootstrap interface's address)"
                                  : " (no GID carries the bootstrap interface's address)");
     } else {
-        snprintf(why, len, "GID index %u: RoCE v%d, IPv6 (no IPv4 GID on this port)", e->index,
-                 e->type == RING__GID_ROCE_V2 ? 2 : 1);
+        snprintf(why, len, "GID index %u: RoCE v%d, IPv6%s (no IPv4 GID on this port)", e->index,
+                 e->type == RING__GID_ROCE_V2 ? 2 : 1, is_link_local(e->gid) ? " link-local" : "");
     }
     return (int)e->index;
 }
