@@ -89,6 +89,7 @@ typedef struct link {
     page_t *pg;
     char path[400]; /* tx: the page file until the receiver answered */
     uint64_t count;
+    uint64_t published; /* tx: messages published, those of a call that failed included */
     unsigned char handle[RING__CUDA_IPC_HANDLE_LEN];
 } link_t;
 
@@ -370,6 +371,7 @@ void ring__ipc_tx_publish(ring_comm_t *comm, uint64_t m, const unsigned char *at
     t->pg->slot[i].msg = m;
     t->pg->slot[i].len = len;
     t->pg->slot[i].off = (uint32_t)(at - (t->mem + i * t->stride));
+    t->published = m + 1;
     atomic_store_explicit(&t->pg->ready, m + 1, memory_order_release);
 }
 
@@ -405,19 +407,43 @@ void ring__cuda_ipc_counts(ring_comm_t *comm, uint64_t *tx, uint64_t *rx)
     *rx = x && x->rx.state == IPC ? x->rx.count : 0;
 }
 
+static atomic_int slots_left;
+
+int ring__cuda_ipc_left(void) { return atomic_load(&slots_left); }
+
+uint64_t ring__cuda_ipc_unreleased(ring_comm_t *comm)
+{
+    ipc_t *x = comm->cuda_ipc;
+    if (!x || x->tx.state != IPC) return 0;
+    return x->tx.published - atomic_load_explicit(&x->tx.pg->consumed, memory_order_acquire);
+}
+
 void ring__cuda_ipc_fini(ring_comm_t *comm, int gpu_busy)
 {
     ipc_t *x = comm->cuda_ipc;
     if (!x) return;
     link_t *t = &x->tx, *r = &x->rx;
     /* The receiver may still be reading our slots in the last call (a sender finishes when
-     * its copies are published): give it time, bounded, before the memory goes away. */
+     * its copies are published): give it time, bounded, before the memory goes away. Every
+     * published message counts, those of a call that failed too: the receiver may have queued
+     * kernels that read them before it learnt of the failure. */
     if (t->state == IPC) {
         int64_t limit = ring__now_ns() + (int64_t)RING__MIN(comm->params.timeout_ms, 10000) * 1000000LL;
-        while (atomic_load_explicit(&t->pg->consumed, memory_order_acquire) < t->count && ring__now_ns() < limit &&
-               !atomic_load(&comm->aborted) && !atomic_load(&comm->remote_failed)) {
+        while (atomic_load_explicit(&t->pg->consumed, memory_order_acquire) < t->published && ring__now_ns() < limit &&
+               !atomic_load(&comm->aborted) && !atomic_load(&comm->remote_failed) && !atomic_load(&comm->fail_code)) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
+        }
+        /* After a failure the receiver stops consuming (and its queued work may still read):
+         * the slots stay allocated rather than be pulled from under it. */
+        uint64_t consumed = atomic_load_explicit(&t->pg->consumed, memory_order_acquire);
+        if (consumed < t->published && t->mem) {
+            RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
+                     "ring_comm_destroy: the CUDA IPC slots are left allocated: rank %d had not released messages "
+                     "%llu..%llu of this rank when its call ended, and its GPU may still read them",
+                     comm->right, (unsigned long long)consumed, (unsigned long long)t->published - 1);
+            t->mem = NULL;
+            atomic_fetch_add(&slots_left, 1);
         }
     }
     if (gpu_busy && (t->mem || r->mem)) {

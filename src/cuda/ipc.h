@@ -54,6 +54,11 @@ void ring__ipc_rx_release(ring_comm_t *comm, uint64_t upto);
 
 /* Tests: messages moved over each link so far (0 where it is not CUDA IPC). */
 void ring__cuda_ipc_counts(ring_comm_t *comm, uint64_t *tx, uint64_t *rx);
+/* Tests: messages this rank published that its receiver has not released (0 where the send
+ * link is not CUDA IPC); and how many send links' slots ring_comm_destroy left allocated in
+ * this process for that reason. */
+uint64_t ring__cuda_ipc_unreleased(ring_comm_t *comm);
+int ring__cuda_ipc_left(void);
 /* ring_comm_destroy: wait (bounded) until the receiver is done with our slots, then free
  * (gpu_busy: ring__cuda_dead_busy; the slots are then left allocated). */
 void ring__cuda_ipc_fini(ring_comm_t *comm, int gpu_busy);

@@ -185,7 +185,7 @@ ring_result_t ring__cuda_dmabuf_fd(ring_comm_t *comm, void *p, size_t bytes, int
  */
 void ring__cuda_set_emulation(int on);
 int ring__cuda_emulating(void);
-/* Tests only: emulated many-input kernels (ring__cuda_reduce_multi, the direct path's) queued
+/* Tests only: emulated reduction kernels (ring__cuda_reduce and ring__cuda_reduce_multi) queued
  * from now on complete no sooner than ms after they were queued, as a long kernel would. */
 void ring__cuda_emu_set_kernel_delay(int ms);
 /* Tests only: emulated copies (ring__cuda_memcpy_async) queued from now on complete no sooner

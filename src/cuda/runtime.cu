@@ -201,7 +201,7 @@ extern "C" ring_result_t ring__cuda_emu_reduce(ring_comm_t *comm, void *dst, con
                                                ring_dtype_t dtype, ring_op_t op, int nranks, ring__cuda_stream_t stream)
 {
     EmuLock l;
-    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, 0, {}, {}, 0};
+    EmuOp o = {1, dst, a, b, count, dtype, op, nranks, 0, 0, {}, {}, emu_kernel_delay_ns ? ring__now_ns() + emu_kernel_delay_ns : 0};
     if (!emu_push(emu_stream(stream), o)) return ring__seterr(comm, RING_ERR_NOMEM, "emulated GPU: out of memory");
     return RING_OK;
 }
