@@ -196,7 +196,14 @@ int main(int argc, char **argv)
     fputs(ring__topo_describe(t, buf, 65536), stdout);
 
     ring__topo_req_t req;
-    if (ring__topo_req_init(NULL, t, &req) != RING_OK) {
+    /* --bind replaces RING_BIND: a bad value in the environment is not this run's business. */
+    const char *env_bind = getenv("RING_BIND");
+    char *saved_bind = bind_mode >= 0 && env_bind ? strdup(env_bind) : NULL;
+    if (bind_mode >= 0) unsetenv("RING_BIND");
+    rc = ring__topo_req_init(NULL, t, &req);
+    if (saved_bind) setenv("RING_BIND", saved_bind, 1);
+    free(saved_bind);
+    if (rc != RING_OK) {
         fprintf(stderr, "ringtopo: %s\n", ring_comm_last_error(NULL));
         goto out;
     }

@@ -34,6 +34,7 @@
 #include "cuda/direct.h"
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
+#include "cuda/mem.h"
 #endif
 #include "watch.h"
 
@@ -465,6 +466,16 @@ static int planned_if(const char *name, const ring__sockaddr_t *root, ring__sock
     return ok;
 }
 
+ring_result_t ring__placement_req(ring_comm_t *comm, ring__topo_req_t *req, char *gpu, size_t gpulen, const char **src)
+{
+    ring_result_t rc = ring__topo_req_init(comm, comm->topo, req);
+    if (rc != RING_OK) return rc;
+    *src = ring__topo_env_local_rank(&req->local_rank, &req->nlocal);
+    req->local_unknown = !*src && comm->nranks > 1;
+    if (ring__mem_current_gpu_busid(gpu, gpulen)) req->gpu_busid = gpu;
+    return RING_OK;
+}
+
 /* Read the machine (once per process) and decide where this rank's buffers, progress thread
  * and traffic go; every decision is logged with its reason. A RING_TOPO_FILE that cannot be
  * read is the user's error; a machine hwloc cannot read only costs the placement. */
@@ -483,12 +494,13 @@ static ring_result_t plan_placement(ring_comm_t *comm)
     comm->topo = topo;
     comm->plan = calloc(1, sizeof *comm->plan);
     if (!comm->plan) return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
-    RING_CHECK(ring__topo_req_init(comm, topo, &req));
-    const char *src = ring__topo_env_local_rank(&req.local_rank, &req.nlocal);
-    req.local_unknown = !src && comm->nranks > 1;
+    const char *src = NULL;
+    char gpu[32];
+    RING_CHECK(ring__placement_req(comm, &req, gpu, sizeof gpu, &src));
     RING_CHECK(ring__topo_plan(comm, topo, &req, comm->plan));
-    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: local rank %d of %d (%s)", req.local_rank, req.nlocal,
-             src ? src : "no launcher variables");
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: local rank %d of %d (%s)%s%s", req.local_rank,
+             req.nlocal, src ? src : "no launcher variables", req.gpu_busid ? ", GPU " : "",
+             req.gpu_busid ? req.gpu_busid : "");
     for (const char *l = comm->plan->text; *l;) {
         size_t n = strcspn(l, "\n");
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "topology: %.*s", (int)n, l);

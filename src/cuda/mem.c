@@ -16,11 +16,15 @@
 
 typedef int (*error_name_fn)(int err, const char **name);
 typedef int (*ctx_get_current_fn)(void **ctx);
+typedef int (*ctx_get_device_fn)(int *dev);
+typedef int (*device_busid_fn)(char *id, int len, int dev);
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static ring__cu_get_attrs_fn drv_get_attrs; /* written once, under probe_once */
 static error_name_fn drv_error_name;
 static ctx_get_current_fn drv_ctx_get_current;
+static ctx_get_device_fn drv_ctx_get_device;
+static device_busid_fn drv_device_busid;
 static char drv_state[320] = "not probed yet";
 static _Atomic(ring__cu_get_attrs_fn) test_get_attrs;
 
@@ -39,6 +43,8 @@ static void probe(void)
     ring__cu_get_attrs_fn ga = (ring__cu_get_attrs_fn)dlsym(lib, "cuPointerGetAttributes");
     drv_error_name = (error_name_fn)dlsym(lib, "cuGetErrorName");
     drv_ctx_get_current = (ctx_get_current_fn)dlsym(lib, "cuCtxGetCurrent");
+    drv_ctx_get_device = (ctx_get_device_fn)dlsym(lib, "cuCtxGetDevice");
+    drv_device_busid = (device_busid_fn)dlsym(lib, "cuDeviceGetPCIBusId");
     if (!ga) {
         snprintf(drv_state, sizeof drv_state,
                  "libcuda.so.1 has no cuPointerGetAttributes (a driver older than CUDA 7): buffers are taken as host memory");
@@ -56,6 +62,17 @@ int ring__mem_thread_has_context(void)
     void *ctx = NULL;
     if (!drv_ctx_get_current || drv_ctx_get_current(&ctx) != RING__CUDA_SUCCESS) return -1;
     return ctx != NULL;
+}
+
+int ring__mem_current_gpu_busid(char *out, size_t len)
+{
+    /* cuCtxGetCurrent answers CUDA_ERROR_NOT_INITIALIZED before cuInit: nothing starts here. */
+    if (ring__mem_thread_has_context() != 1 || !drv_ctx_get_device || !drv_device_busid || len < 2) return 0;
+    int dev = -1;
+    if (drv_ctx_get_device(&dev) != RING__CUDA_SUCCESS || drv_device_busid(out, (int)len, dev) != RING__CUDA_SUCCESS)
+        return 0;
+    out[len - 1] = '\0';
+    return out[0] != '\0';
 }
 
 void ring__mem_set_driver_for_tests(ring__cu_get_attrs_fn fn)

@@ -64,6 +64,11 @@ ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op);
  * had none. */
 int ring__mem_thread_has_context(void);
 
+/* The PCI bus id ("0000:3b:00.0") of the device of the calling thread's current CUDA context,
+ * into out: 1; 0 when there is no driver or no current context. It never initialises CUDA (a
+ * program that has not used it yet has no GPU as far as the topology plan goes). */
+int ring__mem_current_gpu_busid(char *out, size_t len);
+
 /* What the driver probe found: "not probed yet", "no NVIDIA driver (...)", "libcuda.so.1 loaded". */
 const char *ring__mem_driver_state(void);
 

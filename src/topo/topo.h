@@ -167,6 +167,11 @@ typedef struct ring__topo_req {
  * what it knows better (nic_spec from ring_config_t, the local rank, the GPU).
  */
 ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring__topo_req_t *req);
+/* The request a rank's plan comes from, made the same way wherever a plan is made (comm.c's
+ * placement, the verbs transport's HCA): ring__topo_req_init on comm->topo, the local rank
+ * from the launcher (*src: its source, or NULL), and the GPU of the calling thread's current
+ * CUDA context if any (its bus id written into gpu). */
+ring_result_t ring__placement_req(ring_comm_t *comm, ring__topo_req_t *req, char *gpu, size_t gpulen, const char **src);
 
 typedef struct ring__topo_plan {
     int gpu;                /* index in t->devs of the rank's GPU, -1 if none given or not found */

@@ -200,8 +200,9 @@ static const char *mtu_str(enum ibv_mtu m)
     return "?";
 }
 
-/* RING_IB_HCA is "name[:port]" with the NCCL filter syntax; the topology's choice (the HCA
- * closest to the rank's GPU or cores) comes next; then the first active port of any device. */
+/* RING_IB_HCA is "name[:port]" with the NCCL filter syntax; among the devices it allows, the
+ * topology's choice (the HCA closest to the rank's GPU or cores) comes first, then the first
+ * active port of any. */
 static ring_result_t open_port(rdma_ctx *ctx, char *why, size_t len)
 {
     ring_comm_t *comm = ctx->comm;
@@ -216,10 +217,15 @@ static ring_result_t open_port(rdma_ctx *ctx, char *why, size_t len)
         if (e == ENOSYS) snprintf(why + strlen(why), len - strlen(why), ")");
         return RING_ERR_SYSTEM;
     }
-    if (!(spec && *spec) && comm->topo) {
+    /* The HCA the plan gives this rank: from the same facts as the rest of its placement (its
+     * local rank, so that ranks of a host share the HCAs out, and its GPU). A topology read
+     * from a file is shown, never applied. The plan applies RING_IB_HCA's filter itself. */
+    if (comm->topo && !comm->topo->from_file) {
         ring__topo_req_t req;
+        const char *src = NULL;
+        char gpu[32];
         ring__topo_plan_t *pl = calloc(1, sizeof *pl);
-        if (pl && ring__topo_req_init(comm, comm->topo, &req) == RING_OK) {
+        if (pl && ring__placement_req(comm, &req, gpu, sizeof gpu, &src) == RING_OK) {
             req.use_hca = 1;
             if (ring__topo_plan(comm, comm->topo, &req, pl) == RING_OK && pl->nic >= 0)
                 snprintf(planned, sizeof planned, "%s", pl->nic_name);

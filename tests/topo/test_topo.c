@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "internal.h"
 #include "net.h"
 #include "topo.h"
 
@@ -456,6 +457,41 @@ Test(topo, discovery_hcas_and_switch)
     cr_assert(m1->nbridges == 1 && g1->nbridges == 1 && m1->bridges[0] == g1->bridges[0], "the switch is shared");
     cr_assert(m2->nbridges == 0 && m2->hostbridge && m2->hostbridge != m1->hostbridge);
     cr_assert_str_eq(dev(t, "ib1")->busid, "0000:d9:00.0");
+    ring__topo_free(t);
+}
+
+/* The request every plan of a rank comes from (comm.c's placement, the verbs transport's HCA):
+ * the launcher's local rank is in it, so that the ranks of a host share the HCAs out. The verbs
+ * transport made its own with local rank 0 of 1, and every rank of a host took the same HCA. */
+Test(topo, placement_request_carries_the_local_rank_to_the_hca_choice)
+{
+    NEED_HWLOC();
+    ring__topo_t *t = load("two-socket-two-hca.xml");
+    ring_comm_t *comm = calloc(1, sizeof *comm);
+    cr_assert_not_null(comm);
+    comm->nranks = 4;
+    comm->topo = t;
+    char hca[2][64];
+    for (int lr = 0; lr < 2; lr++) {
+        char v[8];
+        snprintf(v, sizeof v, "%d", lr);
+        setenv("RING_LOCAL_RANK", v, 1);
+        setenv("RING_LOCAL_SIZE", "2", 1);
+        ring__topo_req_t r;
+        const char *src = NULL;
+        char gpu[32];
+        cr_assert_eq(ring__placement_req(comm, &r, gpu, sizeof gpu, &src), RING_OK, "%s", ring_comm_last_error(NULL));
+        cr_assert(src && r.local_rank == lr && r.nlocal == 2 && !r.local_unknown, "local rank %d of %d (%s)",
+                  r.local_rank, r.nlocal, src ? src : "none");
+        cr_assert_null(r.gpu_busid, "no CUDA context on this thread, so no GPU");
+        r.use_hca = 1;
+        ring__topo_plan_t p = plan_of(t, &r);
+        snprintf(hca[lr], sizeof hca[lr], "%s", nic(t, &p));
+    }
+    unsetenv("RING_LOCAL_RANK");
+    unsetenv("RING_LOCAL_SIZE");
+    cr_assert_str_neq(hca[0], hca[1], "both local ranks took %s", hca[0]);
+    free(comm);
     ring__topo_free(t);
 }
 
