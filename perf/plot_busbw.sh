@@ -108,7 +108,7 @@ q() { printf "'%s'" "${1//\'/\'\'}"; }
     echo "set logscale x 2"
     # Tics at powers of two with K/M/G labels (powers of 1024, like the size options), at most
     # about 14 of them.
-    cut -f6 "$TMP/series" | xargs cat | awk '
+    cut -f6 "$TMP/series" | xargs -d '\n' cat | awk '
         function lbl(p) { return p >= 40 ? 2^(p-40) "T" : p >= 30 ? 2^(p-30) "G" : p >= 20 ? 2^(p-20) "M" : p >= 10 ? 2^(p-10) "K" : 2^p }
         NR == 1 || $1 < lo { lo = $1 } NR == 1 || $1 > hi { hi = $1 }
         END {

@@ -31,8 +31,14 @@ trap - EXIT
 
 out=$(mktemp "${TMPDIR:-/tmp}/netns_smoke.XXXXXX")
 logs=$(mktemp -d "${TMPDIR:-/tmp}/netns_smoke_logs.XXXXXX")
-trap 'rm -rf "$out" "$logs"' EXIT
 prefix=rcbt$$-
+# A namespace and a directory whose names only start with the prefix are somebody else's: the
+# bed's clean-up must leave them (it removed both until 2026-11-30).
+decoy=${prefix}decoy
+decoy_dir=${TMPDIR:-/tmp}/${prefix}decoy
+ip netns add "$decoy"
+mkdir -p "$decoy_dir" && echo keep >"$decoy_dir/data"
+trap 'rm -rf "$out" "$logs" "$decoy_dir"; ip netns del "$decoy" 2>/dev/null' EXIT
 rc=0
 # The check below is of the default: a RING_TCP_CONGESTION from the caller would pass through.
 unset RING_TCP_CONGESTION
@@ -71,6 +77,11 @@ if [[ -n $floor ]]; then
     [[ $(grep -cE '^round 1 (rd|a2a) +[0-9.]+$' "$out") -eq 2 ]] ||
         { echo "FAIL: netns-bed: sock_floor printed no time for rd and a2a" >&2; exit 1; }
 fi
+ip netns list | awk '{ print $1 }' | grep -qx "$decoy" ||
+    { echo "FAIL: netns-bed: bed.sh removed namespace $decoy, which only starts with its prefix" >&2; exit 1; }
+[[ $(cat "$decoy_dir/data" 2>/dev/null) == keep ]] ||
+    { echo "FAIL: netns-bed: bed.sh removed $decoy_dir, which only starts with its prefix" >&2; exit 1; }
+ip netns del "$decoy"
 left=$(ip netns list | awk -v p="$prefix" 'index($1, p) == 1 { print $1 }')
 [[ -z $left ]] || { echo "FAIL: netns-bed: namespaces left behind: $left" >&2; exit 1; }
 echo "PASS: netns-bed: $rows sizes over 3 namespaces, $ncc connections with the system's congestion control $sys_cc${floor:+; sock_floor ran}"

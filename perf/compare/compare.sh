@@ -114,7 +114,9 @@ if ((NETNS)); then
     bed_mpirun_init
     CMD_RING=("$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
     # Every host is a node of its own to Open MPI: keep the ranks unbound, as ringcomm's are.
-    CMD_TCP=(timeout -k 10 "$TIMEOUT" "${BED_MPIRUN[@]}" --bind-to none "$MPI_BENCH" "${BENCH_ARGS[@]}")
+    # --foreground: timeout(1) in a process group of its own would keep a Ctrl-C from mpirun
+    # and from this script's trap until the limit.
+    CMD_TCP=(timeout --foreground -k 10 "$TIMEOUT" "${BED_MPIRUN[@]}" --bind-to none "$MPI_BENCH" "${BENCH_ARGS[@]}")
     echo "# compare.sh --netns: allreduce float sum, $NRANKS ranks, one per network namespace, on $(hostname), $NCPU cores, $(date '+%Y-%m-%d %H:%M:%S %z')"
     echo "# bed          : $(bed_describe)"
     echo "# load         : $(uptime | sed 's/^ *//')"

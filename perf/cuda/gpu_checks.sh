@@ -68,6 +68,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 want() { [[ ",$steps," == *",$1,"* ]]; }
+# A mistyped step would otherwise run nothing and report "all checks passed".
+for s_ in ${steps//,/ }; do
+    case $s_ in tests | coll | allreduce | bench | sanitizer) ;;
+    *) echo "gpu_checks.sh: unknown step '$s_' in --steps (tests, coll, allreduce, bench, sanitizer)" >&2; exit 2 ;;
+    esac
+done
 bench=0
 sanitizer=0
 want bench && bench=1
@@ -114,7 +120,9 @@ step() {
     shift 2
     local t0=$SECONDS rc limit=()
     # timeout(1) runs programs, not this script's functions (the build): those run unlimited.
-    [ "$step_timeout" != 0 ] && ! declare -F "$1" >/dev/null && limit=(timeout -k 10 "$step_timeout")
+    # --foreground keeps a Ctrl-C reaching the step (timeout(1) would otherwise run it in a
+    # process group of its own).
+    [ "$step_timeout" != 0 ] && ! declare -F "$1" >/dev/null && limit=(timeout --foreground -k 10 "$step_timeout")
     echo "==== $name: $*" | tee -a "$log"
     "${limit[@]}" "$@" >>"$log" 2>&1
     rc=$?

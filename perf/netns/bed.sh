@@ -39,7 +39,7 @@ PREFIX=""
 KEEP=0
 CLEAN=0
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "bed.sh: $1 needs a value" >&2; exit 2; }; }
 
 while [[ $# -gt 0 ]]; do
@@ -63,6 +63,7 @@ done
 
 if ((CLEAN)); then
     if why=$(bed_unavailable); then echo "bed.sh: cannot run: $why" >&2; exit 2; fi
+    if [[ -n $PREFIX && ! $PREFIX =~ ^[A-Za-z0-9_.-]{1,20}$ ]]; then echo "bed.sh: bad prefix '$PREFIX'" >&2; exit 2; fi
     if [[ -n $PREFIX ]]; then bed_purge "$PREFIX"; else BED_PREFIX=none bed_purge_stale; fi
     exit 0
 fi

@@ -53,11 +53,12 @@ bed_ns_host() { echo "${BED_PREFIX}h$1"; }
 bed_ns_bridge() { echo "${BED_PREFIX}br"; }
 bed_addr() { echo "$BED_SUBNET.$(($1 + 1))"; }
 
-# Namespaces whose name starts with $1.
+# The bed's own namespaces of prefix $1: $1h<i> and $1br, nothing else that starts with it (a
+# short prefix would otherwise take another bed's, or anybody's, namespaces with it).
 bed_list_prefix() {
     local p=$1 ns
     ip netns list 2>/dev/null | while read -r ns _; do
-        [[ $ns == "$p"* ]] && echo "$ns"
+        [[ $ns == "$p"* && ${ns#"$p"} =~ ^(h[0-9]+|br)$ ]] && echo "$ns"
     done
     return 0
 }
@@ -84,21 +85,23 @@ bed_purge() {
     bed_rm_dirs "$p"
 }
 
-# Remove the scratch directories (mktemp ${TMPDIR:-/tmp}/PREFIXxxxxxx) of prefix $1.
+# Remove the scratch directories (mktemp ${TMPDIR:-/tmp}/PREFIXxxxxxx) of prefix $1: only
+# those bed_init marked as a bed's, never another directory whose name happens to fit.
 bed_rm_dirs() {
     local d
     for d in "${TMPDIR:-/tmp}/$1"??????; do
-        [[ -d $d && -O $d ]] && rm -rf "$d"
+        [[ -d $d && -O $d && -f $d/.ringcomm-netns-bed ]] && rm -rf "$d"
     done
     return 0
 }
 
-# Remove beds of the default prefix rcb<pid>- whose owner process is gone (a run killed with
-# SIGKILL cannot clean up after itself), except those left on purpose with --keep.
+# Remove beds of the default prefix rcb<pid>- (and the tests' rcb<letter><pid>-<letter>)
+# whose owner process is gone (a run killed with SIGKILL cannot clean up after itself), except
+# those left on purpose with --keep.
 bed_purge_stale() {
     local ns p pid
-    for ns in $(bed_list_prefix rcb); do
-        [[ $ns =~ ^(rcb([0-9]+)-)(h[0-9]+|br)$ ]] || continue
+    for ns in $(ip netns list 2>/dev/null | awk '{ print $1 }'); do
+        [[ $ns =~ ^(rcb[a-z]?([0-9]+)-[a-z]?)(h[0-9]+|br)$ ]] || continue
         p=${BASH_REMATCH[1]} pid=${BASH_REMATCH[2]}
         [[ $p == "$BED_PREFIX" ]] && continue
         kill -0 "$pid" 2>/dev/null && continue
@@ -127,6 +130,7 @@ bed_init() {
     bed_purge "$BED_PREFIX"
     bed_purge_stale
     BED_DIR=$(mktemp -d "${TMPDIR:-/tmp}/${BED_PREFIX}XXXXXX")
+    : >"$BED_DIR/.ringcomm-netns-bed"
 }
 
 # bed_up N [RATE] [MTU]: create and shape the bed. RATE empty: no shaping.
