@@ -100,7 +100,8 @@ static int parse_number(const char *s, double *v)
     while (*s == ' ' || *s == '\t') s++;
     errno = 0;
     *v = strtod(s, &end);
-    if (end == s || errno == ERANGE || !isfinite(*v)) return 0;
+    /* ERANGE with a finite result is an underflow (1e-320): a number all the same. */
+    if (end == s || !isfinite(*v)) return 0;
     while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
     return *end == '\0';
 }
@@ -124,9 +125,13 @@ ring_result_t rt_data_csv(rt_dataset *d, const char *path, int classification)
     ssize_t len;
     while ((len = getline(&line, &linecap, f)) >= 0) {
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = '\0';
+        char *text = line;
+        /* A UTF-8 byte-order mark, as spreadsheets write at the start of the file. */
+        if (lineno == 1 && len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3, len -= 3;
+        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' || text[len - 1] == '\t'))
+            text[--len] = '\0';
         if (len == 0) continue;
-        size_t nf = split_fields(line, fields, MAXF);
+        size_t nf = split_fields(text, fields, MAXF);
         if (nf > MAXF) {
             rc = rt__fail(RING_ERR_INVALID_ARG, "rt_data_csv: %s:%zu: more than %d columns", path, lineno, MAXF);
             goto fail;

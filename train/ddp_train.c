@@ -324,6 +324,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
                         "holds the one model)\n");
         return 0;
     }
+    if (o->mode == MODE_PS && o->straggler_rank == 0) {
+        fprintf(stderr, "ddp_train: --straggler 0:MS: rank 0 is the parameter server in ps-async and takes no steps; "
+                        "name a worker (1 and up)\n");
+        return 0;
+    }
     return 1;
 }
 

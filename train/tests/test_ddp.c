@@ -415,6 +415,11 @@ Test(ddp, demo_refuses_values_it_cannot_hold, .timeout = 300)
         snprintf(want, sizeof want, "bad value '%s' for %s", bad[i][1], bad[i][0]);
         cr_expect(strstr(tail_of(log), want), "%s %s: no \"%s\" in:\n%s", bad[i][0], bad[i][1], want, tail_of(log));
     }
+    /* In ps-async rank 0 serves and takes no steps: a straggler there would be ignored. */
+    const char *args[] = {env_path("RT_TEST_DDP_TRAIN"), "--mode", "ps-async", "--task", "house", "--epochs", "1", "--out",
+                          out, "--no-plot", "--quiet", "--straggler", "0:50", NULL};
+    run_ringrun(2, args, 1);
+    cr_expect(strstr(tail_of(log), "rank 0 is the parameter server"), "%s", tail_of(log));
 }
 
 static void write_csv(const char *path, int classification)

@@ -283,6 +283,19 @@ Test(data, csv_classification_and_errors, .init = tmpfile_init, .fini = tmpfile_
     cr_expect_eq(rt_data_csv(&d, path, 0), RING_ERR_INVALID_ARG, "a header alone");
 }
 
+/* What spreadsheets and hand edits produce: a UTF-8 byte-order mark before the first sample, a
+ * line of only a tab, and a number that underflows to a subnormal (strtod's ERANGE, yet a
+ * number). Each failed the file before 2026-11-30. */
+Test(data, csv_byte_order_mark_tab_lines_and_tiny_numbers, .init = tmpfile_init, .fini = tmpfile_fini)
+{
+    rt_dataset d;
+    write_file("\xEF\xBB\xBF" "1,2,3\n\t\n4,5,1e-320\n");
+    cr_assert_eq(rt_data_csv(&d, path, 0), RING_OK, "%s", rt_last_error());
+    cr_expect_eq(d.n, 2);
+    cr_expect(d.x[0] == 1 && d.x[1] == 2 && d.y[0] == 3 && d.y[1] == 0.0f, "%g %g %g %g", d.x[0], d.x[1], d.y[0], d.y[1]);
+    rt_dataset_free(&d);
+}
+
 /* A first line with numbers in it is a sample, however malformed: an error, not a header that
  * drops it without a word. Only a line without any number is a header. */
 Test(data, csv_malformed_first_row_is_an_error, .init = tmpfile_init, .fini = tmpfile_fini)
