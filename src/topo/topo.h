@@ -73,6 +73,7 @@ typedef struct ring__topo_numa {
     int package;          /* index in the package list, -1 if the node spans packages */
     uint64_t bytes;       /* local memory, 0 if unknown */
     ring__cpumask_t cpus; /* CPUs local to the node */
+    int special;          /* hwloc gave it a subtype (HBM, MCDRAM, SPM, CXL memory...) */
 } ring__topo_numa_t;
 
 typedef struct ring__topo_dev {

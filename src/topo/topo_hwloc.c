@@ -64,11 +64,12 @@ static ring_result_t fill_dev(ring_comm_t *comm, const ring__topo_t *t, hwloc_to
             return ring__seterr(comm, RING_ERR_UNSUPPORTED, "topology: CPU numbers beyond %d are not supported",
                                 RING__TOPO_MAX_CPUS - 1);
         d->package = package_of(topo, anc);
-        if (anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1) {
-            int os = hwloc_bitmap_first(anc->nodeset);
+        /* The one kept node under it (a memory-only node beside it is not one). */
+        int found = 0;
+        if (anc->nodeset)
             for (int i = 0; i < t->nnuma; i++)
-                if (t->numa[i].os_index == os) d->numa = i;
-        }
+                if (hwloc_bitmap_isset(anc->nodeset, (unsigned)t->numa[i].os_index)) d->numa = i, found++;
+        if (found != 1) d->numa = -1;
     }
     if (pci) {
         struct hwloc_pcidev_attr_s *a = &pci->attr->pcidev;
@@ -117,6 +118,23 @@ static ring_result_t summarise(ring_comm_t *comm, hwloc_topology_t topo, ring__t
                                 RING__TOPO_MAX_CPUS - 1);
         ring__cpumask_and(&nd->cpus, &nd->cpus, &t->cpus);
         if (ring__cpumask_empty(&nd->cpus)) continue;
+        /* hwloc hangs a node without CPUs of its own under the package (or machine) it is
+         * attached to and gives it that object's CPUs: it then has the same CPUs as the DRAM
+         * node there. Keep one node per set of CPUs: the one hwloc gives no subtype (HBM,
+         * MCDRAM, SPM and CXL memory have one), else the first. */
+        int same = -1;
+        for (int k = 0; k < t->nnuma && same < 0; k++)
+            if (ring__cpumask_equal(&t->numa[k].cpus, &nd->cpus)) same = k;
+        if (same >= 0) {
+            if (!o->subtype && t->numa[same].special) {
+                t->numa[same].os_index = nd->os_index;
+                t->numa[same].bytes = nd->bytes;
+                t->numa[same].special = 0;
+            }
+            memset(nd, 0, sizeof *nd);
+            continue;
+        }
+        nd->special = o->subtype != NULL;
         nd->package = o->parent ? package_of(topo, o->parent) : -1;
         t->nnuma++;
     }

@@ -6,6 +6,7 @@
  *   two-socket-two-nic.xml    a NIC and a GPU on each socket
  *   two-socket-two-hca.xml    three HCAs, one behind a PCIe switch with a GPU
  *   no-numa.xml               two packages, no NUMA information, NIC on package 1
+ *   two-socket-hbm.xml        two-socket-two-nic.xml with a 16 GiB HBM node (no CPUs) on package 1
  * Decisions that need hwloc are skipped, with the reason, in a build without it; the build
  * without hwloc has its own checks (no binding, no placement, a file is refused).
  */
@@ -492,6 +493,31 @@ Test(topo, placement_request_carries_the_local_rank_to_the_hca_choice)
     unsetenv("RING_LOCAL_SIZE");
     cr_assert_str_neq(hca[0], hca[1], "both local ranks took %s", hca[0]);
     free(comm);
+    ring__topo_free(t);
+}
+
+/* A memory-only node (HBM, CXL memory) comes from hwloc with the CPUs of the package it hangs
+ * under, the same as the DRAM node there. It used to count as a third node: eth1 and the GPU of
+ * package 1 had no node (two under their package), and ranks were placed on the HBM node. */
+Test(topo, a_memory_only_node_is_left_out)
+{
+    NEED_HWLOC();
+    ring__topo_t *t = load("two-socket-hbm.xml");
+    cr_assert_eq(t->nnuma, 2, "%d nodes", t->nnuma);
+    for (int i = 0; i < t->nnuma; i++) cr_assert_neq(t->numa[i].os_index, 2, "the HBM node is kept");
+    const ring__topo_dev_t *e1 = dev(t, "eth1");
+    cr_assert(e1->numa >= 0 && t->numa[e1->numa].os_index == 1, "eth1 on node %d", e1->numa);
+    for (int lr = 0; lr < 3; lr++)
+        for (int hca = 0; hca < 2; hca++) {
+            ring__topo_req_t r = req_for(lr, 3, NULL);
+            r.use_hca = hca;
+            ring__topo_plan_t p = plan_of(t, &r);
+            cr_assert_neq(numa_os(t, &p), 2, "local rank %d (%s): buffers on the HBM node: %s", lr, hca ? "rdma" : "tcp",
+                          p.text);
+        }
+    ring__topo_t *u = load("two-socket-two-nic.xml");
+    cr_assert_eq(u->nnuma, 2);
+    ring__topo_free(u);
     ring__topo_free(t);
 }
 
