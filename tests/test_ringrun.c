@@ -1031,7 +1031,8 @@ static void workers_done(run_t *r, double within)
  * resumes them, and the time stopped does not count against --timeout: here the ranks work
  * about 1 s, are stopped for 5 s, and the job must still end inside its 4 s limit. ringrun
  * used to stop alone while the ranks ran on. */
-RR_TEST(sigtstp_stops_the_ranks_and_sigcont_resumes_them)
+/* 5 s stopped and the job's own second: more than RR_TEST's 15 s leaves on a loaded machine. */
+Test(ringrun, sigtstp_stops_the_ranks_and_sigcont_resumes_them, .timeout = 40, .fini = kill_leftovers)
 {
     run_t r;
     pid_t pids[3];
