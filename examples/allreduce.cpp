@@ -14,11 +14,13 @@
 
 namespace {
 
+// Functions, not constants: clang warns (-Wunused-const-variable) about a specialization's
+// constant that this file does not use.
 template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr ring_dtype_t value = RING_FLOAT32; };
-template <> struct dtype_of<double> { static constexpr ring_dtype_t value = RING_FLOAT64; };
-template <> struct dtype_of<std::int32_t> { static constexpr ring_dtype_t value = RING_INT32; };
-template <> struct dtype_of<std::int64_t> { static constexpr ring_dtype_t value = RING_INT64; };
+template <> struct dtype_of<float> { static constexpr ring_dtype_t value() { return RING_FLOAT32; } };
+template <> struct dtype_of<double> { static constexpr ring_dtype_t value() { return RING_FLOAT64; } };
+template <> struct dtype_of<std::int32_t> { static constexpr ring_dtype_t value() { return RING_INT32; } };
+template <> struct dtype_of<std::int64_t> { static constexpr ring_dtype_t value() { return RING_INT64; } };
 
 class Communicator {
 public:
@@ -44,7 +46,7 @@ public:
 
     template <typename T> void allreduce_inplace(std::vector<T> &v, ring_op_t op)
     {
-        ring_result_t rc = ring_allreduce(comm_, v.data(), v.data(), v.size(), dtype_of<T>::value, op);
+        ring_result_t rc = ring_allreduce(comm_, v.data(), v.data(), v.size(), dtype_of<T>::value(), op);
         if (rc != RING_OK) throw std::runtime_error(what("ring_allreduce", rc));
     }
 

@@ -6,6 +6,8 @@
  *
  *   ringrun -n 4 ./async_overlap [floats]       (default 4M floats = 16 MiB per rank)
  */
+/* clock_gettime and CLOCK_MONOTONIC are POSIX: a strict -std=c11 build does not declare them. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

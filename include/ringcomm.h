@@ -156,7 +156,10 @@ RING_API int ring_comm_rank(const ring_comm_t *comm);   /* -1 for NULL */
 RING_API int ring_comm_nranks(const ring_comm_t *comm); /* -1 for NULL */
 /*
  * Detail of the last failure on comm ("" if none). With comm == NULL: the last failure of a
- * ring_comm_init* call on this thread. The string stays valid until the next call on comm.
+ * ring_comm_init* call on this thread (thread-local). For a live comm the string points into
+ * the communicator: the next failure on it rewrites it, from any thread (the progress thread
+ * when an _async operation fails, ring_comm_abort), and ring_comm_destroy frees it. Copy it
+ * before the next call if it must be kept (docs/api.md).
  */
 RING_API const char *ring_comm_last_error(const ring_comm_t *comm);
 

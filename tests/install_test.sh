@@ -74,6 +74,9 @@ echo "pkg-config: cflags ${cflags[*]}; libs ${libs[*]}; static ${static_libs[*]}
 warn=(-Wall -Wextra -Werror)
 "$CC" -std=c11 "${warn[@]}" "${cflags[@]}" "$srcdir/examples/allreduce.c" -o "$tmp/allreduce" "${libs[@]}"
 "$CXX" -std=c++17 "${warn[@]}" "${cflags[@]}" "$srcdir/examples/allreduce.cpp" -o "$tmp/allreduce_cpp" "${libs[@]}"
+# Strict C11 with the plain shared flags, as a user would build it (the static line below gets
+# -pthread, which hid a missing POSIX feature macro).
+"$CC" -std=c11 "${warn[@]}" "${cflags[@]}" "$srcdir/examples/async_overlap.c" -o "$tmp/async_overlap" "${libs[@]}"
 # Static: the archive for ringcomm only (libc stays shared; a fully static glibc program has no
 # working getaddrinfo), plus Libs.private, which must carry what the archive needs.
 link_static=()
