@@ -35,7 +35,7 @@ prefix=rcbt$$-
 # A namespace and a directory whose names only start with the prefix are somebody else's: the
 # bed's clean-up must leave them (it removed both until 2026-11-30).
 decoy=${prefix}decoy
-decoy_dir=${TMPDIR:-/tmp}/${prefix}decoy
+decoy_dir=${TMPDIR:-/tmp}/${prefix}decoys # six characters after the prefix, as mktemp's XXXXXX
 ip netns add "$decoy"
 mkdir -p "$decoy_dir" && echo keep >"$decoy_dir/data"
 trap 'rm -rf "$out" "$logs" "$decoy_dir"; ip netns del "$decoy" 2>/dev/null' EXIT

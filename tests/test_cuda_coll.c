@@ -515,8 +515,10 @@ int main(int argc, char **argv)
         const double ds = now_s() - d0;
         ring__cuda_test_release(hold); /* the process can end now */
         const int left = ring__cuda_ipc_left();
+        /* One host, so the ring is in rank order: rank 0 sends to the stuck rank 1, which
+         * cannot release what it queued kernels for. */
         int ok = rc != RING_OK && s < limit && named && (rank != 1 || (rc == RING_ERR_TIMEOUT && ds < 2)) &&
-                 (unreleased == 0) == (left == 0);
+                 (unreleased == 0) == (left == 0) && (!expect_ipc || rank != 0 || unreleased > 0);
         printf("rank %d: %s after %.2f s (limit %.0f s): %s: %s; ring_comm_destroy took %.2f s; %llu message(s) "
                "not released by the receiver, %d slot set(s) left allocated\n",
                rank, ok ? "PASS" : "FAIL", s, limit, ring_result_name(rc), msg, ds, (unsigned long long)unreleased, left);

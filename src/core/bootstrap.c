@@ -41,7 +41,7 @@
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
 /* 7: RING_NSOCKS in the flags may be 0, auto (6 had only 1-16, and 2 by default) */
-#define BS_VERSION 7u
+#define BS_VERSION 8u /* 8: 480-byte REJECT text */
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64
@@ -302,13 +302,15 @@ static int settle(gather *g, int i, int64_t now)
     int n = comm->nranks;
     char b[80];
     ssize_t got = recv(c->fd, c->buf + c->got, RING__HELLO_LEN - c->got, MSG_DONTWAIT);
+    const int e = got < 0 ? errno : 0;
+    const int broken = got < 0 && e != EAGAIN && e != EINTR;
     if (got > 0) c->got += (size_t)got;
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) || (c->got < RING__HELLO_LEN && now > c->deadline)) {
+    if (got == 0 || broken || (c->got < RING__HELLO_LEN && now > c->deadline)) {
         RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: dropped connection from %s: %s",
                  ring__addr_str(&c->from, b, sizeof b),
-                 got == 0  ? "closed before a complete HELLO"
-                 : got < 0 ? strerror(errno)
-                           : "no complete HELLO in time");
+                 got == 0 ? "closed before a complete HELLO"
+                 : broken ? strerror(e)
+                          : "no complete HELLO in time");
         drop(g, i);
         return 1;
     }

@@ -103,7 +103,8 @@ long ring__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
 #define RING__HELLO_LEN 288
 #define RING__TABLE_HDR_LEN 24
 #define RING__TABLE_ENTRY_LEN 256
-#define RING__REJECT_MSG_LEN 160
+/* 480: a root's own failure (tell_joined) goes out whole, errno text and hint included. */
+#define RING__REJECT_MSG_LEN 480
 
 /* Parse and validate a HELLO (used by the root and by tests). Returns a short reason for the
  * rejection (NULL if valid) and fills rank/nranks/info. */

@@ -34,8 +34,8 @@
 #include "cuda/direct.h"
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
-#include "cuda/mem.h"
 #endif
+#include "cuda/mem.h" /* in every build: the driver through dlopen */
 #include "watch.h"
 
 /* How long a call that lost a connection waits for the star to say why (watch.c): the rank

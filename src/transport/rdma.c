@@ -1137,7 +1137,11 @@ static ring_result_t poll_cq(rdma_conn *c, int *moved)
                 /* After the first error the queue pair flushes everything else: say the first.
                  * A flush can also be the first completion after a device event moved the queue
                  * pair to the error state, which is then the cause to say. */
-                if (wc[i].status == IBV_WC_WR_FLUSH_ERR && !c->failed) drain_async(c->ctx);
+                if (wc[i].status == IBV_WC_WR_FLUSH_ERR && !c->failed) {
+                    drain_async(c->ctx);
+                    if (c->failed) return c->failed;
+                    if (c->ctx->dead) return conn_fail(c, c->ctx->dead, "%s", c->ctx->dead_msg);
+                }
                 if (wc[i].status == IBV_WC_WR_FLUSH_ERR && c->failed) continue;
                 return conn_fail(c, RING_ERR_PEER, "%s %s (status %d, vendor error 0x%x)%s",
                                  kind == K_RECV     ? "receive"
