@@ -1919,6 +1919,35 @@ Test(log, a_closed_stderr_is_not_written_once_something_else_takes_fd_2)
     clear_env();
 }
 
+/* RING_DEBUG=TRACE logs every collective with what ran and how it ended (env.md); only the ring
+ * engine's calls had a line, so a one-rank or recursive-doubling call logged nothing. */
+Test(log, trace_logs_every_collective)
+{
+    clear_env();
+    char path[] = "/tmp/ringlog-trace-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("RING_DEBUG", "TRACE", 1);
+    setenv("RING_DEBUG_SUBSYS", "COLL", 1);
+    setenv("RING_DEBUG_FILE", path, 1);
+    ring_comm_t *c = NULL;
+    cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_OK);
+    float x[4] = {1, 2, 3, 4};
+    cr_assert_eq(ring_allreduce(c, x, x, 4, RING_FLOAT32, RING_SUM), RING_OK);
+    cr_assert_eq(ring_broadcast(c, x, 4, RING_FLOAT32, 0), RING_OK);
+    ring_comm_destroy(c);
+    char out[4096] = "";
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    out[fread(out, 1, sizeof out - 1, f)] = '\0';
+    fclose(f);
+    unlink(path);
+    clear_env();
+    cr_assert(strstr(out, "allreduce #0: count 4 float32 sum, one rank: RING_OK in "), "%s", out);
+    cr_assert(strstr(out, "broadcast #1: count 4 float32 root 0, one rank: RING_OK in "), "%s", out);
+}
+
 /* A RING_DEBUG_FILE that cannot be opened (a missing directory) leaves the log on stderr, and
  * stderr says so; it used to say nothing, and the file the user looked for never came. */
 Test(log, a_debug_file_that_cannot_be_opened_is_named_on_stderr)
