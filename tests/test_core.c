@@ -1919,6 +1919,16 @@ Test(log, a_closed_stderr_is_not_written_once_something_else_takes_fd_2)
     clear_env();
 }
 
+/* The text of file path (at most len - 1 bytes), which is then removed. */
+static void slurp(const char *path, char *out, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    out[fread(out, 1, len - 1, f)] = '\0';
+    fclose(f);
+    unlink(path);
+}
+
 /* RING_DEBUG=TRACE logs every collective with what ran and how it ended (env.md); only the ring
  * engine's calls had a line, so a one-rank or recursive-doubling call logged nothing. */
 Test(log, trace_logs_every_collective)
@@ -1937,12 +1947,8 @@ Test(log, trace_logs_every_collective)
     cr_assert_eq(ring_allreduce(c, x, x, 4, RING_FLOAT32, RING_SUM), RING_OK);
     cr_assert_eq(ring_broadcast(c, x, 4, RING_FLOAT32, 0), RING_OK);
     ring_comm_destroy(c);
-    char out[4096] = "";
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    out[fread(out, 1, sizeof out - 1, f)] = '\0';
-    fclose(f);
-    unlink(path);
+    char out[4096];
+    slurp(path, out, sizeof out);
     clear_env();
     cr_assert(strstr(out, "allreduce #0: count 4 float32 sum, one rank: RING_OK in "), "%s", out);
     cr_assert(strstr(out, "broadcast #1: count 4 float32 root 0, one rank: RING_OK in "), "%s", out);
@@ -1965,12 +1971,8 @@ Test(log, a_debug_file_that_cannot_be_opened_is_named_on_stderr)
     RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "a NET warning");
     dup2(saved, 2);
     close(saved);
-    char out[4096] = "";
-    FILE *f = fopen(err, "r");
-    cr_assert_not_null(f);
-    out[fread(out, 1, sizeof out - 1, f)] = '\0';
-    fclose(f);
-    unlink(err);
+    char out[4096];
+    slurp(err, out, sizeof out);
     clear_env();
     cr_assert(strstr(out, "RING_DEBUG_FILE: cannot open /nonexistent-ringcomm-dir/log-") &&
                   strstr(out, "No such file or directory"),
@@ -2002,17 +2004,9 @@ Test(log, stderr_is_taken_at_the_first_communicator)
     ring_comm_destroy(c);
     dup2(saved, 2);
     close(saved);
-    char got_was[4096] = "", got_mine[4096] = "";
-    FILE *f = fopen(was, "r");
-    cr_assert_not_null(f);
-    got_was[fread(got_was, 1, sizeof got_was - 1, f)] = '\0';
-    fclose(f);
-    f = fopen(mine, "r");
-    cr_assert_not_null(f);
-    got_mine[fread(got_mine, 1, sizeof got_mine - 1, f)] = '\0';
-    fclose(f);
-    unlink(was);
-    unlink(mine);
+    char got_was[4096], got_mine[4096];
+    slurp(was, got_was, sizeof got_was);
+    slurp(mine, got_mine, sizeof got_mine);
     clear_env();
     cr_assert_eq(got_mine[0], '\0', "the log went into the program's file: %s", got_mine);
     cr_assert(strstr(got_was, "root 5 out of range"), "the warning is not on the stderr of init: \"%s\"", got_was);
