@@ -35,7 +35,6 @@
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
 #endif
-#include "cuda/mem.h" /* in every build: the driver through dlopen */
 #include "watch.h"
 
 /* How long a call that lost a connection waits for the star to say why (watch.c): the rank
@@ -464,16 +463,6 @@ static int planned_if(const char *name, const ring__sockaddr_t *root, ring__sock
     }
     freeifaddrs(ifa);
     return ok;
-}
-
-ring_result_t ring__placement_req(ring_comm_t *comm, ring__topo_req_t *req, char *gpu, size_t gpulen, const char **src)
-{
-    ring_result_t rc = ring__topo_req_init(comm, comm->topo, req);
-    if (rc != RING_OK) return rc;
-    *src = ring__topo_env_local_rank(&req->local_rank, &req->nlocal);
-    req->local_unknown = !*src && comm->nranks > 1;
-    if (ring__mem_current_gpu_busid(gpu, gpulen)) req->gpu_busid = gpu;
-    return RING_OK;
 }
 
 /* Read the machine (once per process) and decide where this rank's buffers, progress thread

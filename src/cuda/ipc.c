@@ -411,11 +411,16 @@ static atomic_int slots_left;
 
 int ring__cuda_ipc_left(void) { return atomic_load(&slots_left); }
 
+/* Messages of a CUDA IPC send link its receiver has not released. */
+static uint64_t unreleased(const link_t *t)
+{
+    return t->published - atomic_load_explicit(&t->pg->consumed, memory_order_acquire);
+}
+
 uint64_t ring__cuda_ipc_unreleased(ring_comm_t *comm)
 {
     ipc_t *x = comm->cuda_ipc;
-    if (!x || x->tx.state != IPC) return 0;
-    return x->tx.published - atomic_load_explicit(&x->tx.pg->consumed, memory_order_acquire);
+    return x && x->tx.state == IPC ? unreleased(&x->tx) : 0;
 }
 
 void ring__cuda_ipc_fini(ring_comm_t *comm, int gpu_busy)
@@ -429,19 +434,19 @@ void ring__cuda_ipc_fini(ring_comm_t *comm, int gpu_busy)
      * kernels that read them before it learnt of the failure. */
     if (t->state == IPC) {
         int64_t limit = ring__now_ns() + (int64_t)RING__MIN(comm->params.timeout_ms, 10000) * 1000000LL;
-        while (atomic_load_explicit(&t->pg->consumed, memory_order_acquire) < t->published && ring__now_ns() < limit &&
+        while (unreleased(t) && ring__now_ns() < limit &&
                !atomic_load(&comm->aborted) && !atomic_load(&comm->remote_failed) && !atomic_load(&comm->fail_code)) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
         /* After a failure the receiver stops consuming (and its queued work may still read):
          * the slots stay allocated rather than be pulled from under it. */
-        uint64_t consumed = atomic_load_explicit(&t->pg->consumed, memory_order_acquire);
-        if (consumed < t->published && t->mem) {
+        const uint64_t left = unreleased(t);
+        if (left && t->mem) {
             RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank,
                      "ring_comm_destroy: the CUDA IPC slots are left allocated: rank %d had not released messages "
                      "%llu..%llu of this rank when its call ended, and its GPU may still read them",
-                     comm->right, (unsigned long long)consumed, (unsigned long long)t->published - 1);
+                     comm->right, (unsigned long long)(t->published - left), (unsigned long long)t->published - 1);
             t->mem = NULL;
             atomic_fetch_add(&slots_left, 1);
         }

@@ -20,6 +20,7 @@
 #include "net.h"
 #include "topo.h"
 #include "topo_hw.h"
+#include "cuda/mem.h"
 
 /* ---- CPU sets ------------------------------------------------------------------------- */
 
@@ -384,6 +385,17 @@ ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring
         int mode = 0;
         if (syscall(SYS_get_mempolicy, &mode, NULL, 0UL, NULL, 0UL) == 0 && mode != 0) req->own_mempolicy = 1;
     }
+    return RING_OK;
+}
+
+/* topo.h; the GPU through the driver's dlopen (cuda/mem.c, in every build). */
+ring_result_t ring__placement_req(ring_comm_t *comm, ring__topo_req_t *req, char *gpu, size_t gpulen, const char **src)
+{
+    ring_result_t rc = ring__topo_req_init(comm, comm->topo, req);
+    if (rc != RING_OK) return rc;
+    *src = ring__topo_env_local_rank(&req->local_rank, &req->nlocal);
+    req->local_unknown = !*src && comm->nranks > 1;
+    if (ring__mem_current_gpu_busid(gpu, gpulen)) req->gpu_busid = gpu;
     return RING_OK;
 }
 

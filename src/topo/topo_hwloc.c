@@ -131,8 +131,7 @@ static ring_result_t summarise(ring_comm_t *comm, hwloc_topology_t topo, ring__t
                 t->numa[same].bytes = nd->bytes;
                 t->numa[same].special = 0;
             }
-            memset(nd, 0, sizeof *nd);
-            continue;
+            continue; /* nd is scratch: the next node overwrites it */
         }
         nd->special = o->subtype != NULL;
         nd->package = o->parent ? package_of(topo, o->parent) : -1;
