@@ -56,6 +56,10 @@
  *            and 2 s, the others an error that passes that on, within 10 s, and rank 1's
  *            ring_comm_destroy must not wait for the GPU (2 s at most). With --expect-ipc
  *            the first (working) call must have gone over CUDA IPC links.
+ * --trace-check  with --mixed-odd: the ranks log at RING_DEBUG=TRACE (subsystem COLL) into a
+ *            file of their own, and each host rank's log must name the ring for the all-reduces
+ *            it chose the shared-memory algorithm for (a rank has device buffers), never the
+ *            shared-memory all-reduce, which none of them ran.
  *
  * Each case fills every rank's input with REF_EXACT data (tests/reference.h: results that do
  * not depend on the order of combination), runs ring_allreduce, ring_reduce_scatter,
@@ -237,11 +241,35 @@ static void *abort_later(void *comm)
     return NULL;
 }
 
+/* A host rank's TRACE log (--trace-check): its all-reduces that chose the shared-memory
+ * algorithm found a rank with device buffers and ran as the ring, and the log must say so. */
+static int trace_ok(const char *path, int rank)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "rank %d: no TRACE log at %s\n", rank, path);
+        return 0;
+    }
+    char line[2048];
+    int fallback = 0, wrong = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, " allreduce #")) continue;
+        if (strstr(line, ", ring (a rank has device buffers): ")) fallback++;
+        if (strstr(line, "shared-memory all-reduce")) {
+            if (!wrong) fprintf(stderr, "rank %d: the TRACE log names an algorithm that did not run: %s", rank, line);
+            wrong++;
+        }
+    }
+    fclose(f);
+    if (!fallback) fprintf(stderr, "rank %d: no all-reduce in %s says it fell back to the ring\n", rank, path);
+    return fallback && !wrong;
+}
+
 int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
         direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0, direct_abort = -1, depth_change = 0,
-        late_map = 0, gpu_stuck = 0;
+        late_map = 0, gpu_stuck = 0, trace_check = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -259,6 +287,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--stalled-receiver")) stalled = 1;
         else if (!strcmp(argv[i], "--direct-abort") && i + 1 < argc) direct_abort = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--late-map")) late_map = 1;
+        else if (!strcmp(argv[i], "--trace-check")) trace_check = 1;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "small")) gpu_stuck = 1, i++;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "ring")) gpu_stuck = 2, i++;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "direct")) gpu_stuck = 3, i++;
@@ -270,7 +299,7 @@ int main(int argc, char **argv)
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
                     "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n"
-                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring|direct]\n",
+                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring|direct] [--trace-check]\n",
                     argv[0]);
             return 2;
         }
@@ -310,6 +339,15 @@ int main(int argc, char **argv)
     if (work_split) {
         const char *r = getenv("RING_RANK");
         setenv("RING_CUDA_DIRECT_WORK", r && atoi(r) % 2 ? "each" : "one", 1);
+    }
+    char trace_path[64] = "";
+    if (trace_check) {
+        /* The log opens at the first communicator, so these must be set before init. */
+        snprintf(trace_path, sizeof trace_path, "/tmp/cuda_coll_check-trace-%d", (int)getpid());
+        unlink(trace_path);
+        setenv("RING_DEBUG", "TRACE", 1);
+        setenv("RING_DEBUG_SUBSYS", "COLL", 1);
+        setenv("RING_DEBUG_FILE", "/tmp/cuda_coll_check-trace-%p", 1);
     }
     ring_comm_t *comm = NULL;
     ring_result_t rc = ring_comm_init_env(&comm);
@@ -619,6 +657,11 @@ int main(int argc, char **argv)
                     want_tx ? "messages" : "nothing", want_rx ? "messages" : "nothing");
             bad = 1;
         }
+    }
+    if (trace_check) {
+        /* Before the verdict's all-reduce below, which every rank runs with host buffers. */
+        if (!use_device && !trace_ok(trace_path, rank)) bad = 1;
+        unlink(trace_path);
     }
     /* Everyone agrees on the verdict (a host all-reduce of the failure flags). */
     int32_t flag = bad, any = 0;

@@ -174,15 +174,21 @@ int ring__algo_for(const ring_comm_t *comm, ring__coll_t coll, size_t bytes)
     return RING__ALGO_RING;
 }
 
-static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
+/* *ran names what ran, for the TRACE line: where a forced algorithm does not fit the
+ * collective, or the shared-memory all-reduce finds device buffers, the ring runs instead. */
+static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op, const char **ran)
 {
     int algo = ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype));
+    *ran = "ring";
     /* Ranks in the shared-memory all-reduce read every rank's record of this call (sm.c). */
     ring_result_t rc = ring__sm_note(comm, op, algo);
     if (rc != RING_OK) return rc;
 #if RING_HAVE_CUDA
     /* Device buffers (src/cuda/coll.c): accepted at issue time, run here. */
-    if (op->mem_device) return ring__cuda_run_op(comm, op);
+    if (op->mem_device) {
+        *ran = "device buffers";
+        return ring__cuda_run_op(comm, op);
+    }
     /* Ranks with device buffers on this host read this call's record (src/cuda/direct.c). */
     rc = ring__direct_note(comm, op);
     if (rc != RING_OK) return rc;
@@ -190,6 +196,7 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     if (comm->nranks == 1) {
         /* One rank: the result is the input (x / 1 == x for AVG in every type). */
         size_t bytes = op->count * ring_dtype_size(op->dtype);
+        *ran = "one rank";
         if (op->coll != RING__COLL_BARRIER && op->coll != RING__COLL_BROADCAST && bytes && op->sendbuf != op->recvbuf)
             memmove(op->recvbuf, op->sendbuf, bytes);
         return RING_OK;
@@ -197,11 +204,15 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     if (algo == RING__ALGO_SM) {
         /* All-reduce, or barrier: a round with no data (every rank has entered once every rank
          * published it). */
-        int ran = 0;
-        rc = ring__allreduce_sm(comm, op, &ran);
-        if (ran) return rc;
+        int ran_sm = 0;
+        rc = ring__allreduce_sm(comm, op, &ran_sm);
+        if (ran_sm) {
+            *ran = op->coll == RING__COLL_BARRIER ? "shared memory" : "shared-memory all-reduce";
+            return rc;
+        }
         /* A rank has device buffers (so this is an all-reduce): every host rank takes the
          * ring with it, as the device path does for this algorithm. */
+        *ran = "ring (a rank has device buffers)";
         comm->stuck_op = op;
         comm->stuck_algo = RING__ALGO_RING;
         return ring__ring_run(comm, op);
@@ -217,37 +228,35 @@ static ring_result_t run_op(ring_comm_t *comm, const ring__opdesc_t *op)
     comm->stuck_algo = op->coll == RING__COLL_ALLREDUCE && !rd && algo != RING__ALGO_RH ? RING__ALGO_RING : algo;
     switch (op->coll) {
     case RING__COLL_ALLREDUCE:
-        return rd ? ring__allreduce_rd(comm, op) : algo == RING__ALGO_RH ? ring__allreduce_rh(comm, op) : ring__ring_run(comm, op);
+        if (rd) {
+            *ran = "recursive doubling";
+            return ring__allreduce_rd(comm, op);
+        }
+        if (algo == RING__ALGO_RH) {
+            *ran = "recursive halving";
+            return ring__allreduce_rh(comm, op);
+        }
+        return ring__ring_run(comm, op);
     case RING__COLL_REDUCE_SCATTER:
     case RING__COLL_ALLGATHER: return ring__ring_run(comm, op);
-    case RING__COLL_BROADCAST: return algo == RING__ALGO_TREE ? ring__broadcast_tree(comm, op) : ring__ring_run(comm, op);
-    case RING__COLL_BARRIER: return rd ? ring__barrier_rd(comm, op) : ring__barrier_ring(comm, op);
+    case RING__COLL_BROADCAST:
+        if (algo != RING__ALGO_TREE) return ring__ring_run(comm, op);
+        *ran = "tree";
+        return ring__broadcast_tree(comm, op);
+    case RING__COLL_BARRIER:
+        if (!rd) return ring__barrier_ring(comm, op);
+        *ran = "recursive doubling";
+        return ring__barrier_rd(comm, op);
     }
     return ring__seterr(comm, RING_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
-}
-
-/* What ran, for the TRACE line: the algorithm ring__algo_for picks (run_op takes the ring
- * where a forced one does not fit the collective). */
-static const char *algo_label(const ring_comm_t *comm, const ring__opdesc_t *op)
-{
-    if (comm->nranks == 1) return "one rank";
-#if RING_HAVE_CUDA
-    if (op->mem_device) return "device buffers";
-#endif
-    switch (ring__algo_for(comm, op->coll, op->count * ring_dtype_size(op->dtype))) {
-    case RING__ALGO_RD: return "recursive doubling";
-    case RING__ALGO_RH: return op->coll == RING__COLL_ALLREDUCE ? "recursive halving" : "ring";
-    case RING__ALGO_TREE: return op->coll == RING__COLL_BROADCAST ? "tree" : "ring";
-    case RING__ALGO_SM: return op->coll == RING__COLL_BARRIER ? "shared memory" : "shared-memory all-reduce";
-    default: return "ring";
-    }
 }
 
 ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
 {
     const int trace = ring__log_on(RING_LOG_TRACE, RING_SUB_COLL);
     const int64_t t0 = trace ? ring__now_ns() : 0;
-    ring_result_t rc = run_op(comm, op);
+    const char *ran = "ring";
+    ring_result_t rc = run_op(comm, op, &ran);
     /* One line per call whatever the algorithm (the ring engine adds its own message counts). */
     if (trace) {
         char what[96] = "";
@@ -258,7 +267,7 @@ ring_result_t ring__run_op(ring_comm_t *comm, const ring__opdesc_t *op)
         else if (op->coll == RING__COLL_ALLGATHER)
             snprintf(what, sizeof what, "count %zu %s, ", op->count, ring__dtype_name(op->dtype));
         RING_LOG(RING_LOG_TRACE, RING_SUB_COLL, comm->rank, "%s #%llu: %s%s: %s in %.1f us", ring__coll_name(op->coll),
-                 (unsigned long long)op->seq, what, algo_label(comm, op), ring_result_name(rc),
+                 (unsigned long long)op->seq, what, ran, ring_result_name(rc),
                  (double)(ring__now_ns() - t0) / 1e3);
     }
     comm->stuck_op = NULL;
