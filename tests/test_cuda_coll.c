@@ -38,6 +38,9 @@
  *            with a pattern at once and checks it 1.5 s later, after rank 0 destroyed its
  *            communicator): the kernel reading and writing every rank's buffers must have
  *            finished before any call returns.
+ * --foreign-pid R  rank R's direct-call records claim a pid namespace of their own and a pid
+ *            that is no process here (RING_TEST_DIRECT_FOREIGN_PID), as for a rank in another
+ *            container: with --direct-abort, the others must still wait for its kernel.
  * --stalled-receiver  3 or more ranks, staged ring, run with RING_TIMEOUT_MS of a few seconds
  *            and small socket buffers: the last rank is stopped (SIGSTOP, for 15 s) in the
  *            middle of back-to-back device reduce-scatters, so its left neighbour can sit with
@@ -269,7 +272,7 @@ int main(int argc, char **argv)
 {
     int mixed = 0, quick = 0, expect_ipc = 0, ipc_mixed = 0, expect_gdr = -1, expect_direct = -1, direct_dies = 0,
         direct_mismatch = 0, expect_one = -1, work_split = 0, stalled = 0, direct_abort = -1, depth_change = 0,
-        late_map = 0, gpu_stuck = 0, trace_check = 0;
+        late_map = 0, gpu_stuck = 0, trace_check = 0, foreign_pid = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--emulate")) emulate = 1;
         else if (!strcmp(argv[i], "--mixed")) mixed = 1;
@@ -287,6 +290,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--stalled-receiver")) stalled = 1;
         else if (!strcmp(argv[i], "--direct-abort") && i + 1 < argc) direct_abort = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--late-map")) late_map = 1;
+        else if (!strcmp(argv[i], "--foreign-pid") && i + 1 < argc) foreign_pid = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trace-check")) trace_check = 1;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "small")) gpu_stuck = 1, i++;
         else if (!strcmp(argv[i], "--gpu-stuck") && i + 1 < argc && !strcmp(argv[i + 1], "ring")) gpu_stuck = 2, i++;
@@ -299,7 +303,8 @@ int main(int argc, char **argv)
                     "usage: %s [--emulate] [--mixed | --mixed-odd] [--quick] [--expect-ipc] [--ipc-mixed]\n"
                     "       [--expect-gdr | --expect-no-gdr] [--expect-direct | --expect-no-direct] [--expect-work one|each]\n"
                     "       [--work-split] [--direct-dies] [--direct-mismatch] [--stalled-receiver] [--direct-abort RANK]\n"
-                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring|direct] [--trace-check]\n",
+                    "       [--late-map] [--depth-change DEPTH] [--gpu-stuck small|ring|direct] [--trace-check]\n"
+                    "       [--foreign-pid RANK]\n",
                     argv[0]);
             return 2;
         }
@@ -335,6 +340,10 @@ int main(int argc, char **argv)
         const char *r = getenv("RING_RANK");
         if (r && atoi(r) != 1) setenv("RING_TIMEOUT_MS", "60000", 1);
         else short_clock = 1;
+    }
+    if (foreign_pid >= 0) {
+        const char *r = getenv("RING_RANK");
+        if (r && atoi(r) == foreign_pid) setenv("RING_TEST_DIRECT_FOREIGN_PID", "1", 1);
     }
     if (work_split) {
         const char *r = getenv("RING_RANK");

@@ -90,6 +90,8 @@ typedef struct buf_desc {
 typedef struct offer {
     uint32_t kind, pid;
     int32_t work; /* this rank's RING_CUDA_DIRECT_WORK: rank 0's decides, so all decide alike */
+    uint32_t pidns; /* the inode of the rank's pid namespace (0 unknown): its pid means a process
+                     * here only where it equals this rank's */
     buf_desc_t buf[2]; /* sendbuf, recvbuf */
     unsigned char gpu[RING__CUDA_UUID_LEN]; /* the physical GPU of the buffers */
 } offer_t;
@@ -135,6 +137,7 @@ typedef struct direct {
     int uuid_dev;   /* the device whose GPU uuid is cached (-1: none) */
     unsigned char uuid[RING__CUDA_UUID_LEN];
     uint32_t pid;   /* this process, for the records (getpid() is a system call, once per call) */
+    uint32_t pidns; /* its pid namespace (offer_t) */
     ring__cuda_event_t ev; /* made on the first direct call */
     int stuck;             /* this call: the own GPU did not finish within RING_TIMEOUT_MS */
     int was_stuck;         /* some call's: its kernel may still use the mappings */
@@ -174,6 +177,11 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
     d = calloc(1, sizeof *d);
     if (d) {
         d->pid = (uint32_t)getpid();
+        struct stat ns;
+        d->pidns = stat("/proc/self/ns/pid", &ns) == 0 ? (uint32_t)ns.st_ino : 0;
+        /* Tests: this rank's records say it is in a pid namespace of its own, under a pid that
+         * is no process here (as for a rank in another container that shares /dev/shm). */
+        if (getenv("RING_TEST_DIRECT_FOREIGN_PID")) d->pid = INT32_MAX, d->pidns = ~d->pidns;
         d->maps = calloc(n * MAPS, sizeof *d->maps);
         d->recs = calloc(n, sizeof *d->recs);
         d->got = calloc(n, 1);
@@ -249,6 +257,7 @@ static ring_result_t rec_publish(ring_comm_t *comm, direct_t *d, const ring__opd
     if (fill) r->o = *fill;
     else r->o.kind = REC_HOST; /* readers look no further: the host path's store stays small */
     r->o.pid = d->pid;
+    r->o.pidns = d->pidns;
     ring__callrec_publish(&r->c, op->seq);
     return RING_OK;
 }
@@ -481,9 +490,13 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
         /* Not at stage 1 now: it sees the withdrawal when it gets there (stage()). This
          * rank's own work, if not finished, had its wait above. */
         if (p == comm->rank || atomic_load_explicit(&d->row[p].progress, memory_order_seq_cst) < stage1) continue;
+        /* A peer in another pid namespace (a container sharing /dev/shm and the GPU, not the
+         * pids) has a pid that names no process here, or another one: only the bound ends
+         * the wait for it. */
         const pid_t pid = (pid_t)recs[p].o.pid;
+        const int seen = d->pidns && recs[p].o.pidns == d->pidns;
         while (atomic_load_explicit(&d->row[p].worked, memory_order_acquire) < mark && ring__now_ns() - start < bound &&
-               (kill(pid, 0) == 0 || errno == EPERM))
+               (!seen || kill(pid, 0) == 0 || errno == EPERM))
             ring__nap_ns(50000);
     }
 }
