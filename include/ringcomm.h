@@ -120,7 +120,7 @@ typedef struct ring_request ring_request_t; /* opaque */
  * ring_comm_init_config() with a freshly initialised config.
  */
 typedef struct ring_config {
-    size_t struct_size;        /* set by ring_config_init: lets the struct grow compatibly */
+    size_t struct_size;        /* set by ring_config_init: sizeof(ring_config_t) where the caller was compiled */
     int timeout_ms;            /* RING_TIMEOUT_MS: max wait without progress (bootstrap, collectives) */
     size_t chunk_bytes;        /* RING_CHUNK_BYTES: pipelining unit of the ring (same on every rank) */
     int nsocks;                /* RING_NSOCKS: TCP sockets per peer; 0 = auto (1 between loopback addresses, else 2) */
@@ -134,7 +134,16 @@ RING_API const char *ring_result_name(ring_result_t r); /* "RING_ERR_TIMEOUT" */
 RING_API int ring_version(void);                        /* MAJOR*10000 + MINOR*100 + PATCH */
 RING_API size_t ring_dtype_size(ring_dtype_t dtype);    /* 0 for an invalid dtype */
 
+/*
+ * ring_config_init passes the struct's size as this header has it (ring_config_init_sized):
+ * a later library whose struct has more fields then knows how much of *cfg the program owns,
+ * writes no more than that, and takes the later fields' defaults. A size it does not know is
+ * RING_ERR_INVALID_ARG, and nothing is written. ring_config_init is also a function (for
+ * bindings that cannot expand the macro), of this header's size.
+ */
+RING_API ring_result_t ring_config_init_sized(ring_config_t *cfg, size_t cfg_size);
 RING_API ring_result_t ring_config_init(ring_config_t *cfg);
+#define ring_config_init(cfg) ring_config_init_sized((cfg), sizeof(ring_config_t))
 
 /* root_addr is "host:port" (or "[v6addr]:port") where rank 0 listens. */
 RING_API ring_result_t ring_comm_init(ring_comm_t **comm, int nranks, int rank, const char *root_addr);

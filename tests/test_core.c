@@ -503,6 +503,37 @@ static void put_addr(ring__tp_addr_t *t, const char *ip)
 
 /* RING_NSOCKS=auto: one socket where both data addresses of the pair are loopback ones, the
  * default elsewhere, decided from the table alone so that both ends agree; a set value wins. */
+/* ring_config_init passes the header's size (ringcomm.h): a size the library does not know
+ * (a program built against another header) is refused before a byte is written, where the
+ * library used to fill its own size of whatever the program had allocated. */
+Test(param, config_init_takes_the_callers_size)
+{
+    clear_env();
+    struct {
+        ring_config_t cfg;
+        unsigned char guard[64];
+    } small;
+    memset(&small, 0xa5, sizeof small);
+    const size_t older = offsetof(ring_config_t, socket_ifname); /* a struct without the last field */
+    cr_assert_eq(ring_config_init_sized(&small.cfg, older), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "the program's ring_config_t has") &&
+                  strstr(ring_comm_last_error(NULL), "built against another ringcomm.h"),
+              "%s", ring_comm_last_error(NULL));
+    const unsigned char *b = (const unsigned char *)&small;
+    for (size_t i = 0; i < sizeof small; i++) cr_assert_eq(b[i], 0xa5, "byte %zu written", i);
+    cr_assert_eq(ring_config_init_sized(&small.cfg, sizeof(ring_config_t) + 8), RING_ERR_INVALID_ARG);
+    cr_assert_eq(ring_config_init_sized(NULL, sizeof(ring_config_t)), RING_ERR_INVALID_ARG);
+
+    /* The macro and the function (bindings) both give this header's struct. */
+    ring_config_t a, f;
+    cr_assert_eq(ring_config_init(&a), RING_OK);
+    cr_assert_eq((ring_config_init)(&f), RING_OK);
+    cr_assert_eq(a.struct_size, sizeof(ring_config_t));
+    cr_assert_eq(f.struct_size, sizeof(ring_config_t));
+    cr_assert_eq(a.chunk_bytes, f.chunk_bytes);
+    for (size_t i = sizeof small.cfg; i < sizeof small; i++) cr_assert_eq(b[i], 0xa5);
+}
+
 Test(param, tcp_sockets_per_pair)
 {
     static const char *const ips[] = {"127.0.0.1", "127.0.0.2", "10.1.2.3", "::1", "::ffff:127.0.0.9", "fd00::5",

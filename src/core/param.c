@@ -121,9 +121,15 @@ void ring__secret_from_string(const char *s, unsigned char out[16])
     memcpy(out + 8, &h2, 8);
 }
 
-ring_result_t ring_config_init(ring_config_t *cfg)
+/* Only this layout so far; a later one accepts this size too and fills only its fields. */
+ring_result_t ring_config_init_sized(ring_config_t *cfg, size_t cfg_size)
 {
     if (!cfg) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_config_init: cfg is NULL");
+    if (cfg_size != sizeof *cfg)
+        return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                            "ring_config_init: the program's ring_config_t has %zu bytes, this library's %zu "
+                            "(built against another ringcomm.h?)",
+                            cfg_size, sizeof *cfg);
     memset(cfg, 0, sizeof *cfg);
     cfg->struct_size = sizeof *cfg;
     ring__params_t p;
@@ -437,3 +443,8 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
 fail:
     return rc;
 }
+
+/* The function behind the header's macro, for callers that cannot expand it (bindings): the
+ * size this library was built with. */
+#undef ring_config_init
+ring_result_t ring_config_init(ring_config_t *cfg) { return ring_config_init_sized(cfg, sizeof *cfg); }
