@@ -150,12 +150,14 @@ RING_API ring_result_t ring_comm_init(ring_comm_t **comm, int nranks, int rank, 
 RING_API ring_result_t ring_comm_init_config(ring_comm_t **comm, int nranks, int rank,
                                              const char *root_addr, const ring_config_t *cfg);
 /*
- * Rank, size and root from the environment, first match wins:
+ * Rank, size and root from the environment, the first row with a variable set decides (only
+ * one of its two set is an error):
  *   RING_RANK / RING_NRANKS / RING_ROOT;
- *   torchrun: RANK / WORLD_SIZE / MASTER_ADDR:(MASTER_PORT+1) (MASTER_PORT itself is held by
- *             torchrun's own store);
+ *   torchrun (TORCHELASTIC_RUN_ID set): RANK / WORLD_SIZE / MASTER_ADDR:(MASTER_PORT+1)
+ *             (MASTER_PORT itself is held by torchrun's own store);
  *   Open MPI: OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE; PMI: PMI_RANK / PMI_SIZE;
- *   Slurm: SLURM_PROCID / SLURM_NTASKS (these three take the root from RING_ROOT; Slurm comes
+ *   RANK / WORLD_SIZE without torchrun (a Kubeflow pod), root as for torchrun;
+ *   Slurm: SLURM_PROCID / SLURM_NTASKS (MPI and Slurm take the root from RING_ROOT; Slurm comes
  *   last because its variables are inherited by what mpirun starts inside an allocation).
  */
 RING_API ring_result_t ring_comm_init_env(ring_comm_t **comm);

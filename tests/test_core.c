@@ -323,7 +323,7 @@ Test(param, secret_hex_and_string)
 static void clear_env(void)
 {
     const char *launch[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-                            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"};
+                            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "TORCHELASTIC_RUN_ID"};
     for (size_t i = 0; i < sizeof launch / sizeof *launch; i++) unsetenv(launch[i]);
     clear_ring_env();
 }
@@ -377,10 +377,40 @@ Test(param, env_bootstrap_order)
     setenv("WORLD_SIZE", "8", 1);
     setenv("MASTER_ADDR", "node0", 1);
     setenv("MASTER_PORT", "29500", 1);
+    /* RANK and WORLD_SIZE without torchrun (a Kubeflow pod) come after mpirun's names: with
+     * RANK=0 WORLD_SIZE=1 left in the environment, mpirun -np 2 ran two jobs of one rank. */
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("RING_ROOT", "10.0.0.1:5000", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "openmpi");
+    cr_assert_eq(eb.rank, 1);
+    cr_assert_eq(eb.nranks, 2);
+    unsetenv("WORLD_SIZE"); /* half a row after a whole one is never looked at */
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "openmpi");
+    setenv("WORLD_SIZE", "8", 1);
+    /* torchrun started the process (mpirun started torchrun, one per node): its names win. */
+    setenv("TORCHELASTIC_RUN_ID", "job7", 1);
+    unsetenv("RING_ROOT");
     cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
     cr_assert_str_eq(eb.source, "torchrun");
     cr_assert_str_eq(eb.root, "node0:29501", "torchrun's store holds MASTER_PORT itself");
     cr_assert_eq(eb.rank, 3);
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("TORCHELASTIC_RUN_ID");
+    /* Without torchrun and without mpirun: RANK and WORLD_SIZE, and the root from MASTER_*. */
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
+    cr_assert_str_eq(eb.source, "RANK/WORLD_SIZE");
+    cr_assert_str_eq(eb.root, "node0:29501");
+    cr_assert_eq(eb.nranks, 8);
+    setenv("MASTER_PORT", "65535", 1);
+    cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "MASTER_PORT=\"65535\" is not a port in [1, 65534] (rank 0 listens on MASTER_PORT+1"),
+              "%s", ring_comm_last_error(NULL));
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("TORCHELASTIC_RUN_ID", "job7", 1);
     setenv("MASTER_ADDR", "fd00::1", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
     cr_assert_str_eq(eb.root, "[fd00::1]:29501");

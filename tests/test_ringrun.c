@@ -742,6 +742,9 @@ RR_TEST(missing_program)
     run_to_end(&r, args, NULL, 10);
     cr_assert_neq(exit_code(&r), 0);
     assert_stderr_has(&r, "cannot execute");
+    /* The cause before its effect: the rank's own words came after ringrun's note. */
+    const char *why = strstr(r.b[1].d, "cannot execute"), *end = strstr(r.b[1].d, "exited with status");
+    cr_assert(why && end && why < end, "%s", r.b[1].d);
     free_run(&r);
 }
 
@@ -766,6 +769,12 @@ RR_TEST(usage_errors)
         free_run(&r);
     }
     run_t r;
+    /* mpirun's -np is read as -n "p": the message names ringrun's spelling. */
+    const char *np[] = {"-np", "2", CHILD, "env", NULL};
+    run_to_end(&r, np, NULL, 5);
+    cr_assert_eq(exit_code(&r), 2);
+    cr_assert(strstr(r.b[1].d, "ringrun's option is -n"), "%s", r.b[1].d);
+    free_run(&r);
     const char *help[] = {"--help", NULL};
     run_to_end(&r, help, NULL, 5);
     cr_assert_eq(exit_code(&r), 0);

@@ -341,7 +341,8 @@ static void close_stream(struct obuf *b)
     b->eof = true;
 }
 
-static void read_stream(int r, int s)
+/* One read of rank r's stream s: above 0 bytes came, 0 the stream ended, below 0 nothing now. */
+static ssize_t read_stream(int r, int s)
 {
     struct obuf *b = &ranks[r].b[s];
     if (b->cap - (b->start + b->len) < READ_CHUNK) {
@@ -359,13 +360,24 @@ static void read_stream(int r, int s)
         }
     }
     ssize_t n = read(b->fd, b->data + b->start + b->len, b->cap - (b->start + b->len));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
     if (n <= 0) {
         close_stream(b);
+        n = 0;
     } else {
         b->len += (size_t)n;
     }
     pump(s);
+    return n;
+}
+
+/* What a rank that ended had written and not yet been read (a rank that could not exec says
+ * why there): printed before ringrun's note of its end, which otherwise came first. A bounded
+ * number of reads, since what it started may still be writing. */
+static void drain_rank(int r)
+{
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 64 && ranks[r].b[s].fd >= 0 && read_stream(r, s) > 0; k++) {}
 }
 
 /* ---------- signals ---------- */
@@ -857,7 +869,11 @@ int main(int argc, char **argv)
     /* '+' stops at the program name, so the program's own options are left alone. */
     while ((c = getopt_long(argc, argv, "+n:x:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'n': nranks = (int)parse_long(optarg, "-n", 1, MAX_RANKS); break;
+        case 'n':
+            /* mpirun's spelling: getopt reads "-np 4" as -n "p", then "4" as the program. */
+            if (!strcmp(optarg, "p")) die("-np: ringrun's option is -n (ringrun -n 4 prog)");
+            nranks = (int)parse_long(optarg, "-n", 1, MAX_RANKS);
+            break;
         case 'H':
             if (!*optarg) die("--host: empty host");
             host = optarg;
@@ -994,6 +1010,7 @@ int main(int argc, char **argv)
             if (!ok) take_signals();
             if (ok || cause != C_NONE) continue; /* failures after teardown began are its consequences */
             cause = C_RANK;
+            drain_rank(r);
             if (WIFEXITED(st)) {
                 exit_code = WEXITSTATUS(st);
                 note("rank %d exited with status %d", r, exit_code);

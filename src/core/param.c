@@ -377,25 +377,39 @@ static ring_result_t need_int(const char *name, const char *src, long long lo, l
     return RING_OK;
 }
 
+int ring__torchrun_started(void)
+{
+    const char *v = getenv("TORCHELASTIC_RUN_ID");
+    return v && *v;
+}
+
 ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
 {
     static const struct {
         const char *rank, *size, *source;
+        int torch; /* 1: only under torchrun; 2: only without it */
     } sources[] = {
         /* The launcher that started this process before the ones around it: every process of an
          * sbatch/salloc allocation inherits SLURM_PROCID and SLURM_NTASKS, also those that
          * mpirun or Hydra's mpiexec start inside it, where they name the allocation's task (with
          * -n1, every rank would be "rank 0 of 1" and run alone). Under srun --mpi=pmi2 PMI and
-         * Slurm agree. */
-        {"RING_RANK", "RING_NRANKS", "RING_*"},
-        {"RANK", "WORLD_SIZE", "torchrun"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"},
-        {"PMI_RANK", "PMI_SIZE", "pmi"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
+         * Slurm agree. RANK and WORLD_SIZE are names anything may export (a Kubeflow pod sets
+         * them for a program it starts without torchrun): they come before mpirun's only
+         * where torchrun itself started this process, else after them; with RANK=0
+         * WORLD_SIZE=1 left in the environment, mpirun -np 2 ran two jobs of one rank. */
+        {"RING_RANK", "RING_NRANKS", "RING_*", 0},
+        {"RANK", "WORLD_SIZE", "torchrun", 1},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi", 0},
+        {"PMI_RANK", "PMI_SIZE", "pmi", 0},
+        {"RANK", "WORLD_SIZE", "RANK/WORLD_SIZE", 2},
+        {"SLURM_PROCID", "SLURM_NTASKS", "slurm", 0},
     };
     ring_result_t rc;
     memset(eb, 0, sizeof *eb);
+    const int torchrun = ring__torchrun_started();
+    int master = 0; /* a RANK/WORLD_SIZE row: the root may come from MASTER_ADDR and MASTER_PORT */
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        if (sources[i].torch && (sources[i].torch == 1) != torchrun) continue;
         const char *r = getenv(sources[i].rank), *n = getenv(sources[i].size);
         int has_r = r && *r, has_n = n && *n; /* empty is unset, as for every RING_* variable */
         /* Half a row is a mistake, not a reason to ask the next launcher: RING_RANK without
@@ -406,6 +420,7 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
                                 sources[i].source, has_r ? sources[i].size : sources[i].rank);
         if (!has_r) continue;
         eb->source = sources[i].source;
+        master = !strcmp(sources[i].rank, "RANK");
         RING_CHECK(need_int(sources[i].size, eb->source, 1, 1 << 20, &eb->nranks));
         RING_CHECK(need_int(sources[i].rank, eb->source, 0, eb->nranks - 1, &eb->rank));
         break;
@@ -417,7 +432,7 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
     const char *root = getenv("RING_ROOT");
     if (root && *root) {
         snprintf(eb->root, sizeof eb->root, "%s", root);
-    } else if (!strcmp(eb->source, "torchrun") && getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") && getenv("MASTER_PORT") &&
+    } else if (master && getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") && getenv("MASTER_PORT") &&
                *getenv("MASTER_PORT")) {
         long long port;
         const char *addr = getenv("MASTER_ADDR");
@@ -430,7 +445,9 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
             addr = bare;
         }
         if (ring__parse_int(getenv("MASTER_PORT"), 1, 65534, &port) != 0)
-            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init_env: MASTER_PORT=\"%s\" is not a port",
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                "ring_comm_init_env: MASTER_PORT=\"%s\" is not a port in [1, 65534] (rank 0 listens on "
+                                "MASTER_PORT+1: torchrun's store holds MASTER_PORT)",
                                 getenv("MASTER_PORT"));
         /* torchrun's agent already listens on MASTER_PORT with its own store. */
         snprintf(eb->root, sizeof eb->root, strchr(addr, ':') ? "[%s]:%lld" : "%s:%lld", addr, port + 1);

@@ -50,8 +50,11 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg);
 typedef struct ring__env_bootstrap {
     int rank, nranks;
     char root[320];
-    const char *source; /* "RING_*", "torchrun", "slurm", "openmpi", "pmi" */
+    const char *source; /* "RING_*", "torchrun", "openmpi", "pmi", "RANK/WORLD_SIZE", "slurm" */
 } ring__env_bootstrap_t;
 ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb);
+/* torchrun started this process: its agent sets TORCHELASTIC_RUN_ID for every worker. Only
+ * then do RANK, WORLD_SIZE and LOCAL_RANK come before an MPI launcher's variables. */
+int ring__torchrun_started(void);
 
 #endif

@@ -435,19 +435,24 @@ int ring__topo_slurm_tasks_on_node(const char *spec, int nodeid)
 
 const char *ring__topo_env_local_rank(int *local_rank, int *nlocal)
 {
+    /* The order of ring__env_bootstrap: torchrun's names before an MPI launcher's only where
+     * torchrun started this process. */
     static const struct {
         const char *rank, *size, *source;
+        int torch; /* 1: only under torchrun; 2: only without it */
     } pairs[] = {
-        {"RING_LOCAL_RANK", "RING_LOCAL_SIZE", "ringrun"},
-        {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun"},
-        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "openmpi"},
-        {"MPI_LOCALRANKID", "MPI_LOCALNRANKS", "mpich"},
+        {"RING_LOCAL_RANK", "RING_LOCAL_SIZE", "ringrun", 0},
+        {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun", 1},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "openmpi", 0},
+        {"MPI_LOCALRANKID", "MPI_LOCALNRANKS", "mpich", 0},
+        {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK/LOCAL_WORLD_SIZE", 2},
     };
     int lr, nl, node;
+    const int torchrun = ring__torchrun_started();
     *local_rank = 0;
     *nlocal = 1;
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        if (env_nonneg(pairs[i].rank, 1 << 20, &lr) == 0 && env_nonneg(pairs[i].size, 1 << 20, &nl) == 0 && lr < nl) {
+        if ((!pairs[i].torch || (pairs[i].torch == 1) == torchrun) && env_nonneg(pairs[i].rank, 1 << 20, &lr) == 0 && env_nonneg(pairs[i].size, 1 << 20, &nl) == 0 && lr < nl) {
             *local_rank = lr;
             *nlocal = nl;
             return pairs[i].source;

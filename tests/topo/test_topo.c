@@ -28,7 +28,7 @@ static void clean_env(void)
         "RING_BIND", "RING_SOCKET_IFNAME", "RING_IB_HCA", "RING_TOPO_FILE", "RING_TRANSPORT",
         "RING_LOCAL_RANK", "RING_LOCAL_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
         "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-        "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
+        "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "TORCHELASTIC_RUN_ID",
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
@@ -252,6 +252,18 @@ Test(topo, launcher_local_rank)
     cr_assert(lr == 1 && nl == 2);
     setenv("RING_LOCAL_RANK", "2", 1); /* inconsistent: skipped */
     cr_assert_str_eq(ring__topo_env_local_rank(&lr, &nl), "openmpi");
+    /* LOCAL_RANK comes before mpirun's only where torchrun started the process, as the rank
+     * does (ring__env_bootstrap). */
+    setenv("LOCAL_RANK", "0", 1);
+    setenv("LOCAL_WORLD_SIZE", "1", 1);
+    cr_assert_str_eq(ring__topo_env_local_rank(&lr, &nl), "openmpi");
+    cr_assert(lr == 3 && nl == 4);
+    setenv("TORCHELASTIC_RUN_ID", "job7", 1);
+    cr_assert_str_eq(ring__topo_env_local_rank(&lr, &nl), "torchrun");
+    cr_assert(lr == 0 && nl == 1);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cr_assert_str_eq(ring__topo_env_local_rank(&lr, &nl), "LOCAL_RANK/LOCAL_WORLD_SIZE");
     clean_env();
     setenv("SLURM_LOCALID", "2", 1);
     setenv("SLURM_NODEID", "2", 1);
