@@ -182,7 +182,7 @@ RING_API const char *ring_comm_last_error(const ring_comm_t *comm);
  * Rank r's share of a reduce_scatter is elements [r*recvcount, (r+1)*recvcount).
  * Buffers may be host, pinned, managed or (in a CUDA build) CUDA device memory; a call's
  * sendbuf and recvbuf are both device memory of one device or both not, and device buffers
- * are aligned to the element size. Work queued before the call on the device's legacy
+ * are aligned to the element size (host buffers may be at any address). Work queued before the call on the device's legacy
  * default stream is waited for; other streams are the caller's to synchronise. Ranks may
  * differ in where their buffers live (docs/cuda.md).
  */

@@ -317,9 +317,12 @@ enum { ALIAS_NONE, ALIAS_DST_A, ALIAS_DST_B, ALIAS_ALL, ALIAS_COUNT };
 static const char *const alias_names[] = {"dst!=a,b", "dst==a", "dst==b", "dst==a==b"};
 #define GUARD 16 /* elements on both sides of dst that must stay untouched */
 
-static void check_case(ring_dtype_t t, ring_op_t op, int nranks, size_t n, size_t off, int alias)
+/* skew: bytes added to each of a, b and dst, so that they need not be aligned to the element
+ * (three values, one per buffer, each below 8). */
+static void check_case_skewed(ring_dtype_t t, ring_op_t op, int nranks, size_t n, size_t off, int alias,
+                              const size_t skew[3])
 {
-    size_t es = dtype_sizes[t], span = n + off + 2 * GUARD;
+    size_t es = dtype_sizes[t], span = n + off + 2 * GUARD + 1; /* + 1: room for the skew */
     unsigned char *ma = malloc(span * es), *mb = malloc(span * es), *md = malloc(span * es);
     uint64_t *ra = malloc((n + 1) * 8), *rb = malloc((n + 1) * 8);
     cr_assert(ma && mb && md && ra && rb);
@@ -328,8 +331,8 @@ static void check_case(ring_dtype_t t, ring_op_t op, int nranks, size_t n, size_
         mb[i] = (unsigned char)rnd();
         md[i] = 0xa5;
     }
-    unsigned char *a = ma + (GUARD + off) * es, *b = mb + (GUARD + off) * es;
-    unsigned char *d = md + (GUARD + off) * es;
+    unsigned char *a = ma + (GUARD + off) * es + skew[0] % es, *b = mb + (GUARD + off) * es + skew[1] % es;
+    unsigned char *d = md + (GUARD + off) * es + skew[2] % es;
     for (size_t i = 0; i < n; i++) {
         store_raw(t, a, i, rnd_elem(t));
         store_raw(t, b, i, rnd_elem(t));
@@ -374,6 +377,12 @@ static void check_case(ring_dtype_t t, ring_op_t op, int nranks, size_t n, size_
     free(before);
 }
 
+static void check_case(ring_dtype_t t, ring_op_t op, int nranks, size_t n, size_t off, int alias)
+{
+    static const size_t none[3] = {0, 0, 0};
+    check_case_skewed(t, op, nranks, n, off, alias, none);
+}
+
 static void sweep(ring_dtype_t t)
 {
     static const int final_nranks[] = {0, 1, 2, 3, 7};
@@ -405,6 +414,25 @@ Test(reduce_sweep, long_buffers)
     for (int t = 0; t < RING_DTYPE_COUNT; t++) {
         check_case((ring_dtype_t)t, RING_SUM, 0, 100003, 1, ALIAS_NONE);
         check_case((ring_dtype_t)t, RING_MAX, 0, 100003, 0, ALIAS_DST_B);
+    }
+}
+
+/* Host buffers at any byte address (a float array inside a packed record): every dtype and op,
+ * each buffer skewed its own way, in place too. The loops read them through typed pointers,
+ * which UBSan reported as misaligned loads and stores (the sanitizer build halts on it). */
+Test(reduce_sweep, buffers_not_aligned_to_the_element)
+{
+    static const size_t skews[][3] = {{1, 1, 1}, {1, 3, 2}, {3, 0, 5}, {0, 2, 7}, {6, 5, 0}};
+    static const size_t ns[] = {1, 7, 33, 1000};
+    for (int t = 0; t < RING_DTYPE_COUNT; t++) {
+        if (dtype_sizes[t] == 1) continue;
+        for (int op = 0; op < RING_OP_COUNT; op++)
+            for (size_t k = 0; k < sizeof skews / sizeof *skews; k++)
+                for (size_t li = 0; li < sizeof ns / sizeof *ns; li++) {
+                    check_case_skewed((ring_dtype_t)t, (ring_op_t)op, op == RING_AVG ? 3 : 0, ns[li], 0, ALIAS_NONE,
+                                      skews[k]);
+                    check_case_skewed((ring_dtype_t)t, (ring_op_t)op, 0, ns[li], 0, ALIAS_DST_A, skews[k]);
+                }
     }
 }
 

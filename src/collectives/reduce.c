@@ -132,11 +132,16 @@ uint16_t ring__float_to_bf16(float f) { return float_to_bf16(f); }
 /*
  * dst may be a or b itself, so no restrict: GCC versions each loop with an overlap check that
  * an exact alias passes (distance 0), so in-place runs the vector loop too.
+ * The buffers are the caller's and need not be aligned to the element (a float array at an odd
+ * address is a valid host buffer): the elements are read and written through a copy of T
+ * aligned to 1, which the compiler loads with the same unaligned vector moves it uses anyway.
+ * Through T itself such an access was undefined (UBSan: "load of misaligned address").
  */
 #define LOOP(T, EXPR)                                                                              \
     do {                                                                                           \
-        T *d_ = dst;                                                                               \
-        const T *a_ = a, *b_ = b;                                                                  \
+        typedef T __attribute__((aligned(1))) any_t;                                               \
+        any_t *d_ = dst;                                                                           \
+        const any_t *a_ = a, *b_ = b;                                                              \
         for (size_t i = 0; i < n; i++) {                                                           \
             T x = a_[i], y = b_[i];                                                                \
             d_[i] = (EXPR);                                                                        \
