@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <signal.h>
 #include <stdio.h>
@@ -300,17 +301,19 @@ static void live_add(ring_comm_t *comm)
  * at once (each recorded with its inode, so a number the parent reused for something else is
  * left alone) and forgets its communicators: every call on one says why it cannot be used.
  */
-#define OWNED_MAX 4096
 static pthread_mutex_t owned_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Grown by ring__fd_own (the child may not allocate): rank 0's star alone holds a socket per
+ * rank, so no fixed count fits every job, and a socket left out stayed open in the child. */
 static struct owned {
     int fd;
     dev_t dev;
     ino_t ino;
-} owned[OWNED_MAX];
-static int nowned;
-#define INHERITED_MAX 64
-static const ring_comm_t *inherited[INHERITED_MAX];
-static int ninherited;
+} *owned;
+static int nowned, owned_cap;
+/* The communicators the parent had, chained through live_next as live_head was (the child
+ * only reads them); they used to be copied into 64 slots, and a 65th was "destroyed twice?"
+ * in the child, its queued requests waited for forever. */
+static const ring_comm_t *inherited_head;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static int still(const struct owned *o)
@@ -324,13 +327,19 @@ void ring__fd_own(int fd)
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) return;
     pthread_mutex_lock(&owned_mu);
-    if (nowned == OWNED_MAX) { /* drop the ones closed since */
+    if (nowned == owned_cap) { /* drop the ones closed since, then grow if that was not enough */
         int k = 0;
         for (int i = 0; i < nowned; i++)
             if (still(&owned[i])) owned[k++] = owned[i];
         nowned = k;
     }
-    if (nowned < OWNED_MAX) owned[nowned++] = (struct owned){.fd = fd, .dev = st.st_dev, .ino = st.st_ino};
+    if (nowned == owned_cap && owned_cap < INT_MAX / 2) {
+        int cap = owned_cap ? owned_cap * 2 : 256;
+        struct owned *o = realloc(owned, (size_t)cap * sizeof *o);
+        if (o) owned = o, owned_cap = cap;
+    }
+    /* Out of memory: this one is left open in a child (a peer's death may then be seen late). */
+    if (nowned < owned_cap) owned[nowned++] = (struct owned){.fd = fd, .dev = st.st_dev, .ino = st.st_ino};
     pthread_mutex_unlock(&owned_mu);
 }
 
@@ -352,8 +361,13 @@ static void fork_child(void)
     for (int i = 0; i < nowned; i++)
         if (still(&owned[i])) close(owned[i].fd);
     nowned = 0;
-    for (ring_comm_t *c = live_head; c; c = c->live_next)
-        if (ninherited < INHERITED_MAX) inherited[ninherited++] = c;
+    /* The parent's live list goes in front of what an earlier fork left (a grandchild). */
+    if (live_head) {
+        ring_comm_t *last = live_head;
+        while (last->live_next) last = last->live_next;
+        last->live_next = (ring_comm_t *)inherited_head;
+        inherited_head = live_head;
+    }
     live_head = NULL;
     atomic_fetch_add_explicit(&live_removals, 1, memory_order_relaxed);
     pthread_mutex_unlock(&owned_mu);
@@ -364,8 +378,8 @@ static void atfork_install(void) { pthread_atfork(fork_prepare, fork_parent, for
 
 int ring__comm_inherited(const ring_comm_t *comm)
 {
-    for (int i = 0; comm && i < ninherited; i++)
-        if (inherited[i] == comm) return 1;
+    for (const ring_comm_t *c = inherited_head; comm && c; c = c->live_next)
+        if (c == comm) return 1;
     return 0;
 }
 
