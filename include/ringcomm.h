@@ -20,7 +20,9 @@
  *     (each is bounded by the timeout; abort first to make that immediate), then frees
  *     everything, including requests that were never waited for.
  *   - After any failure inside a collective (timeout, dead peer, mismatch, abort) the
- *     communicator is failed: every later call returns the first error at once. The failure
+ *     communicator is failed: every later collective returns the first error at once
+ *     (ring_comm_register/deregister, which only touch this process's memory, and the
+ *     queries still work). The failure
  *     is also sent to the other ranks, whose calls in flight return an error naming this rank
  *     within milliseconds (RING_ERR_MISMATCH and RING_ERR_TIMEOUT keep their code, other
  *     causes arrive as RING_ERR_PEER); a rank that dies is reported the same way.
