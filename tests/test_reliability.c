@@ -1404,16 +1404,18 @@ Test(bad_input, null_buffers_bad_dtype_op_root_and_overflow_are_refused_before_s
             REFUSED(s, ring_allgather(c, a, b, 8, bad_dt[i]), "invalid dtype");
             REFUSED(s, ring_broadcast(c, a, 8, bad_dt[i], 0), "invalid dtype");
         }
-        REFUSED_ASYNC(s, ring_allreduce_async(c, a, b, 8, RING_DTYPE_COUNT, RING_SUM, &req), "invalid dtype");
-        REFUSED_ASYNC(s, ring_allgather_async(c, a, b, 8, (ring_dtype_t)-1, &req), "invalid dtype");
-        REFUSED_ASYNC(s, ring_broadcast_async(c, a, 8, (ring_dtype_t)99, 0, &req), "invalid dtype");
+        /* The _async form names itself (it was named after the blocking call). */
+        REFUSED_ASYNC(s, ring_allreduce_async(c, a, b, 8, RING_DTYPE_COUNT, RING_SUM, &req), "ring_allreduce_async: invalid dtype");
+        REFUSED_ASYNC(s, ring_allgather_async(c, a, b, 8, (ring_dtype_t)-1, &req), "ring_allgather_async: invalid dtype");
+        REFUSED_ASYNC(s, ring_broadcast_async(c, a, 8, (ring_dtype_t)99, 0, &req), "ring_broadcast_async: invalid dtype");
         /* invalid reduction op */
         const ring_op_t bad_op[] = {RING_OP_COUNT, (ring_op_t)-1, (ring_op_t)77};
         for (size_t i = 0; i < 3; i++) {
             REFUSED(s, ring_allreduce(c, a, b, 8, RING_FLOAT32, bad_op[i]), "invalid reduction op");
             REFUSED(s, ring_reduce_scatter(c, b, a, 8, RING_FLOAT32, bad_op[i]), "invalid reduction op");
         }
-        REFUSED_ASYNC(s, ring_reduce_scatter_async(c, b, a, 8, RING_INT8, RING_OP_COUNT, &req), "invalid reduction op");
+        REFUSED_ASYNC(s, ring_reduce_scatter_async(c, b, a, 8, RING_INT8, RING_OP_COUNT, &req),
+                      "ring_reduce_scatter_async: invalid reduction op");
         /* broadcast root out of range */
         const int bad_root[] = {-1, 2, INT_MAX, INT_MIN};
         for (size_t i = 0; i < 4; i++) REFUSED(s, ring_broadcast(c, a, 8, RING_FLOAT32, bad_root[i]), "out of range");

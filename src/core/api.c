@@ -21,9 +21,9 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
-static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op)
+static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op, int async)
 {
-    const char *name = ring__coll_name(op->coll);
+    const char *name = ring__call_name(op->coll, async);
     if (!comm) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: comm is NULL", name);
     if (!ring__comm_live(comm))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_%s: %s", name, ring__not_live_text(comm));
@@ -84,10 +84,10 @@ static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     if (async && reqp) *reqp = NULL;
     /* validate() first: a NULL, destroyed or failed comm answers as such (and is never written
      * to when destroyed), whatever else is wrong with the call. */
-    ring_result_t rc = validate(comm, op);
+    ring_result_t rc = validate(comm, op, async);
     if (rc != RING_OK) return rc;
     if (async && !reqp)
-        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s_async: req is NULL", ring__coll_name(op->coll));
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: req is NULL", ring__call_name(op->coll, 1));
     /* Where the buffers live (src/cuda/mem.h): host, pinned and managed memory go on
      * unchanged; device memory is refused unless this build has a device path for the call. */
     if (op->coll != RING__COLL_BARRIER && op->count) {

@@ -73,6 +73,19 @@ const char *ring__coll_name(ring__coll_t c)
     return "invalid-collective";
 }
 
+const char *ring__call_name(ring__coll_t c, int async)
+{
+    if (!async) return ring__coll_name(c);
+    switch (c) {
+    case RING__COLL_ALLREDUCE: return "allreduce_async";
+    case RING__COLL_REDUCE_SCATTER: return "reduce_scatter_async";
+    case RING__COLL_ALLGATHER: return "allgather_async";
+    case RING__COLL_BROADCAST: return "broadcast_async";
+    case RING__COLL_BARRIER: return "barrier_async";
+    }
+    return "invalid-collective";
+}
+
 static _Thread_local char tls_err[RING__ERRMSG_MAX];
 
 char *ring__tls_errbuf(void) { return tls_err; }

@@ -40,6 +40,8 @@ typedef enum {
 } ring__coll_t;
 
 const char *ring__coll_name(ring__coll_t c);
+/* The public function's name without "ring_": "allreduce", or "allreduce_async". */
+const char *ring__call_name(ring__coll_t c, int async);
 const char *ring__dtype_name(ring_dtype_t d);
 const char *ring__op_name(ring_op_t o);
 
