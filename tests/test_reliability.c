@@ -54,6 +54,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2994,8 +2995,11 @@ Test(sm, large_calls_follow_the_numa_default_and_the_setting, .timeout = 120)
 
 /* A RING_SHM_DIR with no room for the page (a 1 MiB tmpfs): every rank leaves the path out at
  * init (rank 0's refusal travels in the page's header), the job runs on the other algorithms,
- * and nothing is left in the directory. Needs mount(2): skipped where it is refused. */
-Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120)
+ * and nothing is left in the directory. full: the tmpfs is filled first, so that not even the
+ * page's header fits (a container's /dev/shm that others filled): the refusal travels in the
+ * file's size, and init used to fail on every rank ("cannot reserve 16384 bytes" for the direct
+ * CUDA IPC page, or 2105344 for this one). Needs mount(2): skipped where it is refused. */
+static void no_room(int full)
 {
     clear_env();
     char dir[] = "/tmp/ringcomm-sm-tiny-XXXXXX";
@@ -3006,6 +3010,18 @@ Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120)
         fprintf(stderr, "SKIP sm/no_room_for_the_page: cannot mount a small tmpfs here (%s)\n", strerror(e));
         cr_skip_test("cannot mount a small tmpfs here (%s): the page's refusal path is not exercised", strerror(e));
     }
+    char filler[64] = "";
+    if (full) {
+        snprintf(filler, sizeof filler, "%s/filler", dir);
+        int fd = open(filler, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        cr_assert_geq(fd, 0, "%s: %s", filler, strerror(errno));
+        static char block[4096];
+        while (write(fd, block, sizeof block) == (ssize_t)sizeof block) {}
+        close(fd);
+        struct statvfs vs;
+        cr_assert(statvfs(dir, &vs) == 0 && vs.f_bavail == 0, "the tmpfs still has %lu free blocks",
+                  (unsigned long)vs.f_bavail);
+    }
     setenv("RING_SHM_DIR", dir, 1);
     enum { N = 3 };
     ring_comm_t *c[N];
@@ -3015,6 +3031,7 @@ Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120)
     cr_assert_eq(ring__sm_count(c[0]), 0);
     group_destroy(c, N);
     unsetenv("RING_SHM_DIR");
+    if (filler[0]) unlink(filler);
     DIR *d = opendir(dir);
     int left = 0;
     struct dirent *e;
@@ -3024,3 +3041,6 @@ Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120)
     rmdir(dir);
     cr_assert_eq(left, 0, "%d file(s) left in the tmpfs", left);
 }
+
+Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120) { no_room(0); }
+Test(sm, a_full_directory_leaves_every_page_out_on_every_rank, .timeout = 120) { no_room(1); }

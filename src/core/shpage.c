@@ -3,6 +3,12 @@
  * rank that sees the magic sees a complete header; every other rank bumps `opened` once it
  * mapped the file, and rank 0 unlinks the name when the count is full. From then on the
  * mapping lives exactly as long as the ranks that hold it.
+ *
+ * An optional page rank 0 cannot reserve is refused in its header. Where not even the header
+ * fits (a full RING_SHM_DIR), the refusal is the file's size, 1 to 4095 bytes (the errno;
+ * growing a tmpfs file takes no space), and the other ranks count themselves in by each
+ * linking a name of their own to it: rank 0 waits for the link count, then removes every name.
+ * A full directory used to fail init on every rank ("cannot reserve 16384 bytes").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,6 +60,34 @@ static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, 
     return RING_OK;
 }
 
+/* A rank's name for the refused page's file (the page's own name, then -ack-<rank>). */
+static void ack_path(char *out, size_t len, const char *path, int rank) { snprintf(out, len, "%s-ack-%d", path, rank); }
+
+/* Rank 0, a page refused in its size: wait until every other rank linked a name to it, then
+ * remove them all (also when the wait fails). */
+static ring_result_t wait_acked(ring_comm_t *comm, int fd, const char *path, const char *what)
+{
+    const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
+    ring_result_t rc = RING_OK;
+    struct stat st;
+    while (fstat(fd, &st) == 0 && st.st_nlink < (nlink_t)comm->nranks) {
+        if ((rc = ring__watch_init_check(comm, what)) != RING_OK) break;
+        if (ring__now_ns() > deadline) {
+            rc = ring__seterr(comm, RING_ERR_TIMEOUT, "%s: %lu of %d ranks saw that %s was refused within %d ms (RING_TIMEOUT_MS)",
+                              what, (unsigned long)st.st_nlink - 1, comm->nranks - 1, path, comm->params.timeout_ms);
+            break;
+        }
+        ring__nap_ns(100000);
+    }
+    for (int r = 1; r < comm->nranks; r++) {
+        char a[440];
+        ack_path(a, sizeof a, path, r);
+        unlink(a);
+    }
+    unlink(path);
+    return rc;
+}
+
 /* Ranks other than 0: open the file once rank 0 made it and check its header (written after
  * the file got its size). Returns it open in *fdp, and rank 0's errno in *declined where it
  * could not reserve the body (then this rank has counted itself as opened). */
@@ -65,7 +99,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
     int fd;
     for (;;) {
         fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)HDR_BYTES) break;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) break; /* a page, or its refusal */
         if (fd < 0 && errno != ENOENT) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot open %s", what, path);
         if (fd >= 0) close(fd);
         ring_result_t rc = ring__watch_init_check(comm, what);
@@ -80,6 +114,15 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
     *fdp = fd;
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
         return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not a page this rank can trust (owner or mode)", what, path);
+    if (st.st_size < (off_t)HDR_BYTES) { /* refused, and no room for a header to say so */
+        char a[440];
+        ack_path(a, sizeof a, path, comm->rank);
+        if (link(path, a) != 0)
+            return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot tell rank 0 this rank saw %s refused", what,
+                                      path);
+        *declined = (int)st.st_size;
+        return RING_OK;
+    }
     hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot map %s", what, path);
     while (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHPAGE_MAGIC && ring__now_ns() < deadline) {
@@ -134,19 +177,40 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
         made = 1;
         ring__shm_hold(fd); /* until the name is gone (wait_opened), against other jobs' sweeps */
         /* All of it now: a full RING_SHM_DIR is an error (or, for an optional page, a refusal
-         * every rank reads in the header) here, not a SIGBUS in a collective. */
+         * every rank reads in the header) here, not a SIGBUS in a collective. A failed
+         * posix_fallocate leaves the size at 0, which the other ranks wait past. */
         int e = posix_fallocate(fd, 0, (off_t)bytes);
-        if (e && (!optional || ftruncate(fd, (off_t)HDR_BYTES) != 0 || posix_fallocate(fd, 0, (off_t)HDR_BYTES) != 0)) {
+        if (e && !optional) {
             rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, e, "%s: cannot reserve %zu bytes for %s", what, bytes, path);
             goto fail;
+        }
+        struct stat now;
+        int h = e ? posix_fallocate(fd, 0, (off_t)HDR_BYTES) : 0;
+        if (h && (fstat(fd, &now) != 0 || now.st_size != 0)) {
+            /* The file has a size (the reservation failed after it gave one): the other ranks
+             * may be waiting for its header, which cannot come. */
+            rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, h, "%s: cannot reserve %zu bytes for %s", what, bytes, path);
+            goto fail;
+        }
+        if (h) {
+            /* Not even the header: the size says it (e is an errno, 1 to 4095). */
+            if (ftruncate(fd, (off_t)(e > 0 && e < (int)HDR_BYTES ? e : ENOSPC)) != 0) {
+                rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot mark %s refused", what, path);
+                goto fail;
+            }
+            made = 0; /* wait_acked removes the names, whatever happens */
+            RING_CHECK(wait_acked(comm, fd, path, what));
         }
         declined = e;
     } else {
         RING_CHECK(open_made(comm, path, what, body_bytes, &fd, &declined));
     }
-    /* A refused page is its header alone, which the other ranks have read by now. */
+    /* A refused page is its header alone, which the other ranks have read by now; or, where
+     * even that did not fit, its size, which they have all acknowledged (nothing to map). */
+    struct stat fst;
+    const int bare = declined && fstat(fd, &fst) == 0 && fst.st_size < (off_t)HDR_BYTES;
     if (declined) bytes = HDR_BYTES;
-    if (!declined || comm->rank == 0) {
+    if (!bare && (!declined || comm->rank == 0)) {
         map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (map == MAP_FAILED) {
             map = NULL;

@@ -194,7 +194,13 @@ ring_result_t ring__direct_setup(ring_comm_t *comm)
     }
     d->device = -1;
     d->uuid_dev = -1;
-    RING_CHECK(ring__shpage_open(comm, "direct", "direct CUDA IPC", n * sizeof(row_t), 0, &d->page));
+    /* Optional: a RING_SHM_DIR without room leaves device buffers to the staged ring (it
+     * failed init on every rank, GPU or not). */
+    RING_CHECK(ring__shpage_open(comm, "direct", "direct CUDA IPC", n * sizeof(row_t), 1, &d->page));
+    if (!d->page.map) { /* every rank got the same answer and logged it */
+        direct_free(d);
+        return RING_OK;
+    }
     d->row = d->page.body;
     comm->cuda_direct = d;
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
