@@ -239,6 +239,9 @@ typedef struct init_arg {
     int page_full_ms;   /* see __wrap_posix_fallocate64 */
     char root[64];
     int timeout_ms;     /* 0: default */
+    size_t then_bcast;  /* > 0: after init, a broadcast of this many floats from rank 1 */
+    ring_result_t then_rc;
+    char then_msg[RING__ERRMSG_MAX];
     const char *secret; /* NULL: SECRET */
     size_t chunk_bytes; /* 0: default */
     int depth;          /* 0: default */
@@ -264,6 +267,12 @@ static void *init_main(void *p)
     if (a->rc == RING_OK) atomic_fetch_add(&inits_ok, 1);
     /* The failure text of init is thread-local (or on the shell communicator). */
     snprintf(a->msg, sizeof a->msg, "%s", a->rc == RING_OK ? "" : ring_comm_last_error(a->comm ? a->comm : NULL));
+    if (a->rc == RING_OK && a->then_bcast) {
+        float *x = calloc(a->then_bcast, sizeof *x);
+        a->then_rc = x ? ring_broadcast(a->comm, x, a->then_bcast, RING_FLOAT32, 1) : RING_ERR_NOMEM;
+        snprintf(a->then_msg, sizeof a->then_msg, "%s", ring_comm_last_error(a->comm));
+        free(x);
+    }
     return NULL;
 }
 
@@ -2149,7 +2158,7 @@ Test(sm, init_that_fails_while_the_root_waits_for_the_page_is_named_with_its_rea
     inits_run(a, 3);
     cr_assert_eq(a[2].rc, RING_ERR_SYSTEM, "rank 2: %s: %s", ring_result_name(a[2].rc), a[2].msg);
     cr_assert_eq(a[0].rc, RING_ERR_PEER, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
-    cr_assert(strstr(a[0].msg, "rank 2") && strstr(a[0].msg, "failed during init") &&
+    cr_assert(strstr(a[0].msg, "rank 2") && strstr(a[0].msg, "failed: ") &&
                   strstr(a[0].msg, "cannot start the progress thread"),
               "rank 0: %s", a[0].msg);
     /* Rank 1, still waiting for the page that rank 0 will not make now, hears it from rank 0 at
@@ -2180,6 +2189,31 @@ Test(sm, root_that_fails_before_the_page_header_is_named_by_the_ranks_waiting_fo
         cr_assert(strstr(a[r].msg, "cannot reserve"), "rank %d: %s", r, a[r].msg);
     }
     cr_assert_lt(took, 10000.0, "init took %.0f ms to end", took);
+    for (int r = 0; r < 3; r++) ring_comm_destroy(a[r].comm);
+}
+
+/* Ranks 1 and 2 leave init while the root still waits at the shared page (RING_TEST_PAGE_HOLD_MS)
+ * and their first call is a mismatch (a broadcast of 100 floats against 101): the root's init
+ * fails with the cause's code, RING_ERR_MISMATCH, as every rank's does. It failed with
+ * RING_ERR_PEER, "rank 2 ... failed during init" (rank 2 had finished its init), and passed
+ * that on, so most ranks reported RING_ERR_PEER for a mismatch. */
+Test(sm, a_mismatch_while_the_root_is_still_in_init_keeps_its_code, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_TEST_PAGE_HOLD_MS", "3000", 1);
+    init_arg a[3];
+    for (int r = 0; r < 3; r++)
+        a[r] = (init_arg){.n = 3, .rank = r, .timeout_ms = 20000, .then_bcast = r == 0 ? 0 : r == 1 ? 100 : 101};
+    inits_run(a, 3);
+    unsetenv("RING_TEST_PAGE_HOLD_MS");
+    for (int r = 1; r < 3; r++)
+        cr_log_info("rank %d's broadcast: %s: %s", r, ring_result_name(a[r].then_rc), a[r].then_msg);
+    cr_assert_eq(a[0].rc, RING_ERR_MISMATCH, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
+    cr_assert(strstr(a[0].msg, "collective mismatch") && !strstr(a[0].msg, "during init"), "rank 0: %s", a[0].msg);
+    for (int r = 1; r < 3; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s", r, a[r].msg);
+        cr_assert_eq(a[r].then_rc, RING_ERR_MISMATCH, "rank %d: %s: %s", r, ring_result_name(a[r].then_rc), a[r].then_msg);
+    }
     for (int r = 0; r < 3; r++) ring_comm_destroy(a[r].comm);
 }
 
