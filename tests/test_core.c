@@ -854,6 +854,56 @@ Test(desc, hints_are_not_compared_but_the_call_is)
     free(c);
 }
 
+/* One byte of a neighbour's descriptor flipped on the wire, at every place of every word after
+ * the magic: either garbage (RING_ERR_PROTOCOL: a field no rank builds) or a mismatch whose
+ * two calls read differently. A flip in a barrier's count was a mismatch between "#4 barrier"
+ * and "#4 barrier". */
+Test(desc, a_descriptor_no_rank_builds_is_garbage_and_a_mismatch_names_the_difference)
+{
+    float x[4];
+    ring_comm_t *c = calloc(1, sizeof *c); /* enough of one for the error path */
+    cr_assert_not_null(c);
+    pthread_mutex_init(&c->err_mu, NULL);
+    c->nranks = 4;
+    const ring__opdesc_t calls[] = {
+        {.coll = RING__COLL_BARRIER, .seq = 4},
+        {.coll = RING__COLL_ALLREDUCE, .seq = 9, .count = 4, .dtype = RING_FLOAT32, .op = RING_SUM, .sendbuf = x, .recvbuf = x},
+        {.coll = RING__COLL_BROADCAST, .seq = 2, .count = 3, .dtype = RING_INT8, .root = 1, .sendbuf = x, .recvbuf = x},
+    };
+    int garbage = 0, mismatches = 0;
+    for (size_t k = 0; k < sizeof calls / sizeof *calls; k++) {
+        unsigned char mine[RING__DESC_LEN], theirs[RING__DESC_LEN];
+        ring__desc_build(mine, &calls[k], RING__ALGO_RING);
+        for (int off = 4; off < RING__DESC_LEN; off++)
+            for (int bit = 0; bit < 8; bit++) {
+                memcpy(theirs, mine, sizeof theirs);
+                theirs[off] ^= (unsigned char)(1u << bit);
+                ring_result_t rc = ring__desc_check(c, mine, theirs, "left neighbour", "rank 1");
+                if (rc == RING_OK) {
+                    cr_assert(off == RING__DESC_LEN - 4 + 1 && bit == 1, "call %zu, byte %d bit %d: no error", k, off, bit);
+                    continue; /* the GDR hint bit (0x200), which is not compared */
+                }
+                if (rc == RING_ERR_PROTOCOL) {
+                    cr_assert(strstr(c->errmsg, "no rank builds"), "%s", c->errmsg);
+                    garbage++;
+                    continue;
+                }
+                cr_assert_eq(rc, RING_ERR_MISMATCH, "call %zu, byte %d bit %d: %s", k, off, bit, ring_result_name(rc));
+                const char *a = strstr(c->errmsg, " called "), *b = a ? strstr(a + 1, " called ") : NULL;
+                cr_assert(a && b, "%s", c->errmsg);
+                size_t la = (size_t)(strstr(a, " but ") - a) - 8;
+                cr_assert(strlen(b + 8) != la || strncmp(a + 8, b + 8, la) != 0,
+                          "call %zu, byte %d bit %d: the two calls read the same: %s", k, off, bit, c->errmsg);
+                mismatches++;
+            }
+    }
+    cr_log_info("%d flips garbage, %d mismatches", garbage, mismatches);
+    cr_assert_gt(garbage, 0);
+    cr_assert_gt(mismatches, 0);
+    pthread_mutex_destroy(&c->err_mu);
+    free(c);
+}
+
 /* ---- errors ----------------------------------------------------------------------------- */
 
 Test(errors, every_code_has_a_name_and_text)

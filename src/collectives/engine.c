@@ -19,6 +19,7 @@
  *  A call fails with RING_ERR_TIMEOUT after RING_TIMEOUT_MS without any progress, naming the
  *  peer it was waiting for; with RING_ERR_ABORTED within one poll wake-up of ring_comm_abort.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,12 +111,36 @@ int ring__desc_conflict(const unsigned char *a, int ra, const unsigned char *b, 
     return 1;
 }
 
+/* Which field of a descriptor no rank builds (ring__desc_build), or NULL: such a descriptor is
+ * garbage, not another call. */
+static const char *desc_bad_field(const unsigned char *b, int nranks)
+{
+    const uint32_t coll = ring__get32(b + 4), dtype = ring__get32(b + 24), op = ring__get32(b + 28);
+    const uint32_t root = ring__get32(b + 32), algo = ring__get32(b + 36) & ~(uint32_t)RING__DESC_HINTS;
+    const int red = coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER;
+    if (coll > RING__COLL_BARRIER) return "collective";
+    if (coll == RING__COLL_BARRIER ? ring__get64(b + 16) != 0 : ring__get64(b + 16) > (uint64_t)PTRDIFF_MAX) return "count";
+    if (coll == RING__COLL_BARRIER ? dtype != 0 : dtype >= RING_DTYPE_COUNT) return "dtype";
+    if (red ? op >= RING_OP_COUNT : op != 0) return "op";
+    if (coll == RING__COLL_BROADCAST ? root >= (uint32_t)nranks : root != 0) return "root";
+    const uint32_t a = algo & ~(uint32_t)RING__ALGO_CUDA_IPC;
+    if (a < RING__ALGO_RING || a > RING__ALGO_RH || (algo != a && a != RING__ALGO_RING)) return "algorithm";
+    return NULL;
+}
+
 ring_result_t ring__desc_check(ring_comm_t *comm, const unsigned char *mine, const unsigned char *theirs,
                                const char *relation, const char *who)
 {
     if (ring__get32(theirs) != DESC_MAGIC)
         return ring__seterr(comm, RING_ERR_PROTOCOL, "garbage from %s where a collective descriptor was expected", who);
     if (desc_same(mine, theirs)) return RING_OK;
+    /* A corrupted descriptor printed like this rank's own call: "called #4 barrier but ...
+     * called #4 barrier", as a mismatch. */
+    const char *bad = desc_bad_field(theirs, comm->nranks);
+    if (bad)
+        return ring__seterr(comm, RING_ERR_PROTOCOL,
+                            "garbage from %s: a collective descriptor that no rank builds (its %s field)", who, bad);
+    /* Every field a valid descriptor carries is printed, so two that differ read differently. */
     char a[160], b[160];
     desc_str(mine, a, sizeof a);
     desc_str(theirs, b, sizeof b);
