@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 #define RING_VERSION_MAJOR 0
-#define RING_VERSION_MINOR 1
+#define RING_VERSION_MINOR 2
 #define RING_VERSION_PATCH 0
 /* RING_VERSION_CODE == ring_version() for the library this header belongs to. */
 #define RING_VERSION_CODE (RING_VERSION_MAJOR * 10000 + RING_VERSION_MINOR * 100 + RING_VERSION_PATCH)
@@ -141,7 +141,7 @@ RING_API size_t ring_dtype_size(ring_dtype_t dtype);    /* 0 for an invalid dtyp
  * a later library whose struct has more fields then knows how much of *cfg the program owns,
  * writes no more than that, and takes the later fields' defaults. A size it does not know is
  * RING_ERR_INVALID_ARG, and nothing is written. ring_config_init is also a function (for
- * bindings that cannot expand the macro), of this header's size.
+ * bindings that cannot expand the macro), which assumes the loaded library's own size.
  */
 RING_API ring_result_t ring_config_init_sized(ring_config_t *cfg, size_t cfg_size);
 RING_API ring_result_t ring_config_init(ring_config_t *cfg);

@@ -49,10 +49,14 @@ echo "installed: $header $pc $so $static $ringrun"
 soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libringcomm.so.0 ] || die "SONAME of $so is '$soname', expected libringcomm.so.0"
 # The version script must keep internals (ring__*) and everything else out of the ABI; its
-# version node (RINGCOMM_0, an absolute symbol) is the only other name allowed.
+# version nodes (RINGCOMM_0, RINGCOMM_0.2: absolute symbols) are the only other names allowed.
 leaked=$(nm -D --defined-only "$so" | awk '$2 != "A" {print $NF}' | grep -v '^ring_[a-z]' || true)
 [ -z "$leaked" ] || die "symbols exported beside ring_*: $leaked"
 nm -D --defined-only "$so" | awk '{print $NF}' | grep -q '^ring_[a-z]' || die "no ring_* symbol exported"
+# A symbol added after 0.1 sits in its own node, so that a program needing it fails to load
+# against an older library, with the node's name, instead of at its first call.
+nm -D --defined-only "$so" | grep -q ' ring_config_init_sized@@RINGCOMM_0.2$' ||
+    die "ring_config_init_sized is not in the RINGCOMM_0.2 node: $(nm -D --defined-only "$so" | grep config_init)"
 
 # The .pc file says prefix=/usr/local (the real prefix), while the files sit under DESTDIR.
 # PKG_CONFIG_SYSROOT_DIR prefixes -I/-L paths with DESTDIR, which is exactly the staging

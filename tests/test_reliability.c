@@ -1429,7 +1429,7 @@ Test(bad_input, null_buffers_bad_dtype_op_root_and_overflow_are_refused_before_s
         /* broadcast root out of range */
         const int bad_root[] = {-1, 2, INT_MAX, INT_MIN};
         for (size_t i = 0; i < 4; i++) REFUSED(s, ring_broadcast(c, a, 8, RING_FLOAT32, bad_root[i]), "out of range");
-        REFUSED_ASYNC(s, ring_broadcast_async(c, a, 8, RING_FLOAT32, 2, &req), "out of range");
+        REFUSED_ASYNC(s, ring_broadcast_async(c, a, 8, RING_FLOAT32, 2, &req), "ring_broadcast_async: root 2 out of range");
         /* count x element size (x nranks for the full buffers) beyond size_t */
         REFUSED(s, ring_allreduce(c, a, b, SIZE_MAX / 2, RING_FLOAT32, RING_SUM), "overflows");
         REFUSED(s, ring_allreduce(c, a, b, SIZE_MAX / 8 + 1, RING_FLOAT64, RING_MAX), "overflows");
@@ -1550,13 +1550,13 @@ Test(bad_input, partial_overlaps_are_refused_and_in_place_forms_run, .timeout = 
         REFUSED(s, ring_reduce_scatter(c, m, m + (size_t)other * cnt, cnt, RING_INT32, RING_SUM), "overlap");
         REFUSED(s, ring_reduce_scatter(c, m, m - 1, cnt, RING_INT32, RING_SUM), "overlap");
         REFUSED(s, ring_reduce_scatter(c, m, m + 2 * cnt - 1, cnt, RING_INT32, RING_SUM), "overlap");
-        REFUSED_ASYNC(s, ring_reduce_scatter_async(c, m, m + 3, cnt, RING_INT32, RING_MAX, &req), "overlap");
+        REFUSED_ASYNC(s, ring_reduce_scatter_async(c, m, m + 3, cnt, RING_INT32, RING_MAX, &req), "ring_reduce_scatter_async: recvbuf overlaps");
         /* allgather: send (cnt) inside or across recv (2*cnt) but not this rank's slice */
         REFUSED(s, ring_allgather(c, m + (size_t)s * cnt + 1, m, cnt, RING_INT32), "overlap");
         REFUSED(s, ring_allgather(c, m + (size_t)other * cnt, m, cnt, RING_INT32), "overlap");
         REFUSED(s, ring_allgather(c, m - 1, m, cnt, RING_INT32), "overlap");
         REFUSED(s, ring_allgather(c, m + 2 * cnt - 1, m, cnt, RING_INT32), "overlap");
-        REFUSED_ASYNC(s, ring_allgather_async(c, m + 5, m, cnt, RING_INT32, &req), "overlap");
+        REFUSED_ASYNC(s, ring_allgather_async(c, m + 5, m, cnt, RING_INT32, &req), "ring_allgather_async: sendbuf overlaps");
     }
     /* The allowed forms, on both ranks, results checked. */
     for (int k = K_ALLREDUCE; k <= K_ALLGATHER; k++)

@@ -118,7 +118,7 @@ static const char *desc_bad_field(const unsigned char *b, int nranks)
     const uint32_t coll = ring__get32(b + 4), dtype = ring__get32(b + 24), op = ring__get32(b + 28);
     const uint32_t root = ring__get32(b + 32), algo = ring__get32(b + 36) & ~(uint32_t)RING__DESC_HINTS;
     const int red = coll == RING__COLL_ALLREDUCE || coll == RING__COLL_REDUCE_SCATTER;
-    if (coll > RING__COLL_BARRIER) return "collective";
+    if (coll < RING__COLL_ALLREDUCE || coll > RING__COLL_BARRIER) return "collective";
     if (coll == RING__COLL_BARRIER ? ring__get64(b + 16) != 0 : ring__get64(b + 16) > (uint64_t)PTRDIFF_MAX) return "count";
     if (coll == RING__COLL_BARRIER ? dtype != 0 : dtype >= RING_DTYPE_COUNT) return "dtype";
     if (red ? op >= RING_OP_COUNT : op != 0) return "op";

@@ -39,7 +39,7 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op, int a
     if (reduces && (unsigned)op->op >= RING_OP_COUNT)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: invalid reduction op %d", name, (int)op->op);
     if (op->coll == RING__COLL_BROADCAST && (op->root < 0 || op->root >= comm->nranks))
-        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_broadcast: root %d out of range [0, %d)", op->root,
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "ring_%s: root %d out of range [0, %d)", name, op->root,
                             comm->nranks);
     size_t es = ring_dtype_size(op->dtype);
     int full = op->coll == RING__COLL_REDUCE_SCATTER || op->coll == RING__COLL_ALLGATHER;
@@ -59,19 +59,21 @@ static ring_result_t validate(ring_comm_t *comm, const ring__opdesc_t *op, int a
     case RING__COLL_ALLREDUCE:
         if (sb != rb && overlap(sb, bytes, rb, bytes))
             return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                                "ring_allreduce: sendbuf and recvbuf overlap partially (in-place needs sendbuf == recvbuf)");
+                                "ring_%s: sendbuf and recvbuf overlap partially (in-place needs sendbuf == recvbuf)", name);
         break;
     case RING__COLL_REDUCE_SCATTER:
         if (rb != sb + (size_t)comm->rank * bytes && overlap(sb, fullbytes, rb, bytes))
             return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                                "ring_reduce_scatter: recvbuf overlaps sendbuf but is not this rank's slice "
-                                "(in-place needs recvbuf == sendbuf + rank*recvcount)");
+                                "ring_%s: recvbuf overlaps sendbuf but is not this rank's slice "
+                                "(in-place needs recvbuf == sendbuf + rank*recvcount)",
+                                name);
         break;
     case RING__COLL_ALLGATHER:
         if (sb != rb + (size_t)comm->rank * bytes && overlap(sb, bytes, rb, fullbytes))
             return ring__seterr(comm, RING_ERR_INVALID_ARG,
-                                "ring_allgather: sendbuf overlaps recvbuf but is not this rank's slice "
-                                "(in-place needs sendbuf == recvbuf + rank*sendcount)");
+                                "ring_%s: sendbuf overlaps recvbuf but is not this rank's slice "
+                                "(in-place needs sendbuf == recvbuf + rank*sendcount)",
+                                name);
         break;
     default:
         break;
@@ -91,7 +93,7 @@ static ring_result_t issue(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     /* Where the buffers live (src/cuda/mem.h): host, pinned and managed memory go on
      * unchanged; device memory is refused unless this build has a device path for the call. */
     if (op->coll != RING__COLL_BARRIER && op->count) {
-        rc = ring__mem_check_op(comm, op);
+        rc = ring__mem_check_op(comm, op, async);
         if (rc != RING_OK) return rc;
     }
     return ring__submit(comm, op, async ? reqp : NULL);

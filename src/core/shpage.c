@@ -5,8 +5,10 @@
  * mapping lives exactly as long as the ranks that hold it.
  *
  * An optional page rank 0 cannot reserve is refused in its header. Where not even the header
- * fits (a full RING_SHM_DIR), the refusal is the file's size, 1 to 4095 bytes (the errno;
- * growing a tmpfs file takes no space), and the other ranks count themselves in by each
+ * fits (a full RING_SHM_DIR), the refusal is the file's size: the errno, under 4096 and never a
+ * multiple of 512, which no block-wise reservation passes through (a file system that grows a
+ * file one block at a time, ext4, shows sizes of whole 512-byte units; growing a file with
+ * ftruncate takes no space), and the other ranks count themselves in by each
  * linking a name of their own to it: rank 0 waits for the link count, then removes every name.
  * A full directory used to fail init on every rank ("cannot reserve 16384 bytes").
  */
@@ -66,6 +68,9 @@ static ring_result_t wait_opened(ring_comm_t *comm, hdr_t *h, const char *path, 
     return RING_OK;
 }
 
+/* A size that is a refusal (see the top of the file), not a reservation under way. */
+static int refusal_size(off_t size) { return size > 0 && size < (off_t)HDR_BYTES && size % 512 != 0; }
+
 /* A rank's name for the refused page's file (the page's own name, then -ack-<rank>). */
 static void ack_path(char *out, size_t len, const char *path, int rank) { snprintf(out, len, "%s-ack-%d", path, rank); }
 
@@ -105,7 +110,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
     int fd;
     for (;;) {
         fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) break; /* a page, or its refusal */
+        if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_size >= (off_t)HDR_BYTES || refusal_size(st.st_size))) break;
         if (fd < 0 && errno != ENOENT) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot open %s", what, path);
         if (fd >= 0) close(fd);
         ring_result_t rc = ring__watch_init_check(comm, what);
@@ -120,7 +125,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
     *fdp = fd;
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
         return ring__seterr(comm, RING_ERR_PROTOCOL, "%s: %s is not a page this rank can trust (owner or mode)", what, path);
-    if (st.st_size < (off_t)HDR_BYTES) { /* refused, and no room for a header to say so */
+    if (refusal_size(st.st_size)) { /* refused, and no room for a header to say so */
         char a[440];
         ack_path(a, sizeof a, path, comm->rank);
         if (link(path, a) != 0)
@@ -199,8 +204,8 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
             goto fail;
         }
         if (h) {
-            /* Not even the header: the size says it (e is an errno, 1 to 4095). */
-            if (ftruncate(fd, (off_t)(e > 0 && e < (int)HDR_BYTES ? e : ENOSPC)) != 0) {
+            /* Not even the header: the size says it. */
+            if (ftruncate(fd, refusal_size(e) ? (off_t)e : (off_t)ENOSPC) != 0) {
                 rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot mark %s refused", what, path);
                 goto fail;
             }
@@ -214,7 +219,7 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
     /* A refused page is its header alone, which the other ranks have read by now; or, where
      * even that did not fit, its size, which they have all acknowledged (nothing to map). */
     struct stat fst;
-    const int bare = declined && fstat(fd, &fst) == 0 && fst.st_size < (off_t)HDR_BYTES;
+    const int bare = declined && fstat(fd, &fst) == 0 && refusal_size(fst.st_size);
     if (declined) bytes = HDR_BYTES;
     if (!bare && (!declined || comm->rank == 0)) {
         map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

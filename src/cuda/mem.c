@@ -198,7 +198,7 @@ ring_result_t ring__mem_kind(ring_comm_t *comm, const void *ptr, ring__mem_kind_
 }
 
 
-ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op)
+ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op, int async)
 {
     /* Every call comes here: without a driver, answer at once rather than ask twice. */
     if (!get_attrs()) return RING_OK;
@@ -215,7 +215,7 @@ ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op)
     }
     if (ks != RING__MEM_DEVICE && kr != RING__MEM_DEVICE) return RING_OK;
 
-    const char *name = ring__coll_name(op->coll);
+    const char *name = ring__call_name(op->coll, async);
     const char *which;
     if (op->coll == RING__COLL_BROADCAST) which = "buf is";
     else if (op->sendbuf == op->recvbuf) which = "sendbuf (== recvbuf) is";

@@ -57,7 +57,7 @@ ring_result_t ring__mem_range(ring_comm_t *comm, const void *ptr, ring__mem_rang
  * buffer is host-accessible; RING_ERR_UNSUPPORTED, with a message naming the buffer, its
  * device and why, when one is device memory and this build has no device path for it.
  */
-ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op);
+ring_result_t ring__mem_check_op(ring_comm_t *comm, ring__opdesc_t *op, int async); /* async: the _async form, for the message */
 
 /* Does the calling thread have a current CUDA context (cuCtxGetCurrent)? 1 yes, 0 no, -1 cannot
  * tell (no driver). The device path uses it not to leave a context behind on a thread that
