@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/types.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +91,7 @@ static void buf_append(buf_t *b, const char *p, size_t n)
 /* >= 0: the next run gets this pseudo-terminal (its slave side) as controlling terminal and stdin, in
  * a session of its own, as a shell in a terminal window would start it. */
 static int run_tty = -1;
+static int run_nofile; /* > 0: ringrun starts with this open-file limit, soft and hard */
 
 static void start_run(run_t *r, const char *const *args, const char *const *env, const char *stdin_data)
 {
@@ -140,6 +142,10 @@ static void start_run(run_t *r, const char *const *args, const char *const *env,
             } else {
                 unsetenv(*env);
             }
+        }
+        if (run_nofile > 0) {
+            struct rlimit rl = {(rlim_t)run_nofile, (rlim_t)run_nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(125);
         }
         execv(ringrun, (char *const *)argv);
         _exit(126);
@@ -769,6 +775,16 @@ RR_TEST(usage_errors)
         free_run(&r);
     }
     run_t r;
+    /* More ranks than the open-file limit allows pipes for: said before any rank starts (it
+     * forked ranks until a pipe failed, about 10000 of 12000 at a limit of 20000). */
+    run_nofile = 128;
+    const char *many[] = {"-n", "200", CHILD, "env", NULL};
+    run_to_end(&r, many, NULL, 10);
+    run_nofile = 0;
+    cr_assert_eq(exit_code(&r), 2, "%s", r.b[1].d);
+    cr_assert(strstr(r.b[1].d, "open files") && strstr(r.b[1].d, "ulimit -n"), "%s", r.b[1].d);
+    cr_assert_eq(r.b[0].n, 0, "a rank ran:\n%s", r.b[0].d);
+    free_run(&r);
     /* mpirun's -np is read as -n "p": the message names ringrun's spelling. */
     const char *np[] = {"-np", "2", CHILD, "env", NULL};
     run_to_end(&r, np, NULL, 5);

@@ -576,6 +576,17 @@ static void raise_nofile(void)
     if (setrlimit(RLIMIT_NOFILE, &nl) == 0) nofile_raised = true;
 }
 
+/* Two pipes per rank stay open here: a job the limit cannot hold is refused before the first
+ * fork, rather than torn down when a pipe fails thousands of ranks in. */
+static void check_nofile(void)
+{
+    struct rlimit rl;
+    const rlim_t need = (rlim_t)nranks * 2 + 32;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        die("-n %d needs about %llu open files here, and the limit is %llu (raise it: ulimit -n)", nranks,
+            (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+}
+
 /* ---------- ranks ---------- */
 
 struct launch {
@@ -955,6 +966,7 @@ int main(int argc, char **argv)
     }
 
     raise_nofile();
+    check_nofile();
     install_signals();
 #ifdef __linux__
     /* Processes a rank starts become ringrun's when the rank dies, so that teardown reaches
