@@ -346,23 +346,25 @@ static int path(void)
     do {                                                                                           \
         size_t i = 0;                                                                              \
         for (; i + 8 <= n; i += 8) {                                                               \
-            __m256 x = LOAD8(a + i), y = LOAD8(b + i);                                             \
-            STORE8(d + i, EXPR);                                                                   \
+            __m256 x = LOAD8(a + 2 * i), y = LOAD8(b + 2 * i);                                     \
+            STORE8(d + 2 * i, EXPR);                                                               \
         }                                                                                          \
         if (i < n) {                                                                               \
             uint16_t ta[8] = {0}, tb[8] = {0}, td[8];                                              \
-            memcpy(ta, a + i, (n - i) * sizeof *a);                                                \
-            memcpy(tb, b + i, (n - i) * sizeof *b);                                                \
+            memcpy(ta, a + 2 * i, (n - i) * 2);                                                    \
+            memcpy(tb, b + 2 * i, (n - i) * 2);                                                    \
             __m256 x = LOAD8(ta), y = LOAD8(tb);                                                   \
             STORE8(td, EXPR);                                                                      \
-            memcpy(d + i, td, (n - i) * sizeof *d);                                                \
+            memcpy(d + 2 * i, td, (n - i) * 2);                                                    \
         }                                                                                          \
     } while (0)
 
 /* minps/maxps return their second operand unless the first compares less/greater (so a NaN in
- * x = a comes through); the blend passes a NaN in y = b too, as MIN_OF/MAX_OF do. */
+ * x = a comes through); the blend passes a NaN in y = b too, as MIN_OF/MAX_OF do. The buffers
+ * are bytes (2 per element): they need not be aligned to 2, and every access is loadu/storeu
+ * or memcpy. */
 __attribute__((target("arch=x86-64-v3"))) static void
-half_f16c(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, ring_op_t op, int nranks)
+half_f16c(unsigned char *d, const unsigned char *a, const unsigned char *b, size_t n, ring_op_t op, int nranks)
 {
     switch (op) {
     case RING_AVG: {
