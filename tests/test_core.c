@@ -328,6 +328,22 @@ static void clear_env(void)
     clear_ring_env();
 }
 
+/* The environment's row: ring__env_bootstrap succeeds from `source`, with this rank and size
+ * where they are not negative. */
+static void expect_row(ring__env_bootstrap_t *eb, const char *source, int rank, int nranks)
+{
+    cr_assert_eq(ring__env_bootstrap(eb), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_str_eq(eb->source, source);
+    if (rank >= 0) cr_assert_eq(eb->rank, rank);
+    if (nranks >= 0) cr_assert_eq(eb->nranks, nranks);
+}
+
+static void set_pair(const char *a, const char *va, const char *b, const char *vb)
+{
+    setenv(a, va, 1);
+    setenv(b, vb, 1);
+}
+
 Test(param, env_bootstrap_order)
 {
     ring__env_bootstrap_t eb;
@@ -335,82 +351,56 @@ Test(param, env_bootstrap_order)
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "RING_RANK") != NULL);
 
-    setenv("PMI_RANK", "1", 1);
-    setenv("PMI_SIZE", "3", 1);
+    set_pair("PMI_RANK", "1", "PMI_SIZE", "3");
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG, "PMI without RING_ROOT has no root");
     setenv("RING_ROOT", "10.0.0.1:5000", 1);
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "pmi");
-    cr_assert_eq(eb.rank, 1);
-    cr_assert_eq(eb.nranks, 3);
+    expect_row(&eb, "pmi", 1, 3);
 
     /* Inside an sbatch/salloc allocation every process inherits SLURM_PROCID/SLURM_NTASKS,
      * those that Hydra's mpiexec or mpirun start too: the launcher that started the process
      * comes first (with -n1 every rank was "rank 0 of 1" and ran alone). */
-    setenv("SLURM_PROCID", "0", 1);
-    setenv("SLURM_NTASKS", "1", 1);
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "pmi");
-    cr_assert_eq(eb.rank, 1);
-    cr_assert_eq(eb.nranks, 3);
-    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "openmpi");
-    cr_assert_eq(eb.rank, 2);
+    set_pair("SLURM_PROCID", "0", "SLURM_NTASKS", "1");
+    expect_row(&eb, "pmi", 1, 3);
+    set_pair("OMPI_COMM_WORLD_RANK", "2", "OMPI_COMM_WORLD_SIZE", "4");
+    expect_row(&eb, "openmpi", 2, -1);
     unsetenv("OMPI_COMM_WORLD_RANK");
     unsetenv("OMPI_COMM_WORLD_SIZE");
     unsetenv("PMI_RANK");
     unsetenv("PMI_SIZE");
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "slurm", "srun alone");
+    expect_row(&eb, "slurm", -1, -1); /* srun alone */
     /* Set but empty is unset: the search goes on. */
-    setenv("OMPI_COMM_WORLD_RANK", "", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "", 1);
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "slurm");
+    set_pair("OMPI_COMM_WORLD_RANK", "", "OMPI_COMM_WORLD_SIZE", "");
+    expect_row(&eb, "slurm", -1, -1);
     unsetenv("OMPI_COMM_WORLD_RANK");
     unsetenv("OMPI_COMM_WORLD_SIZE");
 
     unsetenv("RING_ROOT");
-    setenv("RANK", "3", 1);
-    setenv("WORLD_SIZE", "8", 1);
-    setenv("MASTER_ADDR", "node0", 1);
-    setenv("MASTER_PORT", "29500", 1);
+    set_pair("RANK", "3", "WORLD_SIZE", "8");
+    set_pair("MASTER_ADDR", "node0", "MASTER_PORT", "29500");
     /* RANK and WORLD_SIZE without torchrun (a Kubeflow pod) come after mpirun's names: with
      * RANK=0 WORLD_SIZE=1 left in the environment, mpirun -np 2 ran two jobs of one rank. */
-    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    set_pair("OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2");
     setenv("RING_ROOT", "10.0.0.1:5000", 1);
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "openmpi");
-    cr_assert_eq(eb.rank, 1);
-    cr_assert_eq(eb.nranks, 2);
+    expect_row(&eb, "openmpi", 1, 2);
     unsetenv("WORLD_SIZE"); /* half a row after a whole one is never looked at */
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "openmpi");
+    expect_row(&eb, "openmpi", -1, -1);
     setenv("WORLD_SIZE", "8", 1);
     /* torchrun started the process (mpirun started torchrun, one per node): its names win. */
     setenv("TORCHELASTIC_RUN_ID", "job7", 1);
     unsetenv("RING_ROOT");
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "torchrun");
+    expect_row(&eb, "torchrun", 3, -1);
     cr_assert_str_eq(eb.root, "node0:29501", "torchrun's store holds MASTER_PORT itself");
-    cr_assert_eq(eb.rank, 3);
     unsetenv("OMPI_COMM_WORLD_RANK");
     unsetenv("OMPI_COMM_WORLD_SIZE");
     unsetenv("TORCHELASTIC_RUN_ID");
     /* Without torchrun and without mpirun: RANK and WORLD_SIZE, and the root from MASTER_*. */
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "RANK/WORLD_SIZE");
+    expect_row(&eb, "RANK/WORLD_SIZE", -1, 8);
     cr_assert_str_eq(eb.root, "node0:29501");
-    cr_assert_eq(eb.nranks, 8);
     setenv("MASTER_PORT", "65535", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "MASTER_PORT=\"65535\" is not a port in [1, 65534] (rank 0 listens on MASTER_PORT+1"),
               "%s", ring_comm_last_error(NULL));
-    setenv("MASTER_PORT", "29500", 1);
-    setenv("TORCHELASTIC_RUN_ID", "job7", 1);
+    set_pair("MASTER_PORT", "29500", "TORCHELASTIC_RUN_ID", "job7");
     setenv("MASTER_ADDR", "fd00::1", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
     cr_assert_str_eq(eb.root, "[fd00::1]:29501");
@@ -421,17 +411,14 @@ Test(param, env_bootstrap_order)
     setenv("MASTER_ADDR", "", 1);
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "no root address"), "%s", ring_comm_last_error(NULL));
-    setenv("MASTER_ADDR", "node0", 1);
-    setenv("MASTER_PORT", "", 1);
+    set_pair("MASTER_ADDR", "node0", "MASTER_PORT", "");
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "no root address"), "%s", ring_comm_last_error(NULL));
     setenv("MASTER_PORT", "29500", 1);
 
-    setenv("RING_RANK", "0", 1);
-    setenv("RING_NRANKS", "2", 1);
+    set_pair("RING_RANK", "0", "RING_NRANKS", "2");
     setenv("RING_ROOT", "127.0.0.1:7000", 1);
-    cr_assert_eq(ring__env_bootstrap(&eb), RING_OK);
-    cr_assert_str_eq(eb.source, "RING_*");
+    expect_row(&eb, "RING_*", -1, -1);
     cr_assert_str_eq(eb.root, "127.0.0.1:7000");
 
     setenv("RING_RANK", "2", 1); /* out of range for 2 ranks */
@@ -441,8 +428,7 @@ Test(param, env_bootstrap_order)
      * (RING_RANK without RING_NRANKS inside a Slurm allocation ran as "rank 0 of 1"). */
     setenv("RING_RANK", "1", 1);
     unsetenv("RING_NRANKS");
-    setenv("SLURM_PROCID", "0", 1);
-    setenv("SLURM_NTASKS", "1", 1);
+    set_pair("SLURM_PROCID", "0", "SLURM_NTASKS", "1");
     cr_assert_eq(ring__env_bootstrap(&eb), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "RING_RANK is set") && strstr(ring_comm_last_error(NULL), "RING_NRANKS"),
               "%s", ring_comm_last_error(NULL));

@@ -2595,6 +2595,15 @@ static void tell_parent(int fd, const char *m)
     _exit(w == (ssize_t)strlen(m) ? 0 : 1);
 }
 
+/* A child with a pipe to report through (tell_parent): its pid, 0 in the child. */
+static pid_t fork_reporting(int out[2])
+{
+    cr_assert_eq(pipe(out), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    return pid;
+}
+
 /* The parent's side: the child's report in m, and the child must have exited with status 0. */
 static void child_report(pid_t pid, int out[2], char *m, size_t len)
 {
@@ -2620,9 +2629,7 @@ Test(departure, a_forked_child_holds_no_socket_and_cannot_use_the_parents_commun
     const int before = tcp_sockets();
     cr_assert_gt(before, 0);
     int out[2];
-    cr_assert_eq(pipe(out), 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
+    pid_t pid = fork_reporting(out);
     if (pid == 0) {
         char m[600];
         int sockets = tcp_sockets();
@@ -2661,9 +2668,7 @@ Test(departure, a_forked_child_knows_every_communicator_of_its_parent, .timeout 
     group_init(c, 2, 20000);
     for (int i = 0; i < 70; i++) cr_assert_eq(ring_comm_init(&one[i], 1, 0, NULL), RING_OK);
     int out[2];
-    cr_assert_eq(pipe(out), 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
+    pid_t pid = fork_reporting(out);
     if (pid == 0) {
         char m[700];
         float x = 1;

@@ -566,25 +566,22 @@ static void ensure_stdio(void)
 }
 
 /* Two pipes per rank: large jobs exceed the usual soft limit of 1024 descriptors. */
+/* Twice what the ranks' pipes take (two per rank stay open here), up to the hard limit. Below
+ * what they take, the job is refused before the first fork, rather than torn down when a pipe
+ * fails thousands of ranks in. */
 static void raise_nofile(void)
 {
     if (getrlimit(RLIMIT_NOFILE, &orig_nofile) != 0) return;
-    rlim_t want = (rlim_t)nranks * 4 + 64;
-    if (orig_nofile.rlim_cur == RLIM_INFINITY || orig_nofile.rlim_cur >= want) return;
-    struct rlimit nl = orig_nofile;
-    nl.rlim_cur = (orig_nofile.rlim_max == RLIM_INFINITY || orig_nofile.rlim_max > want) ? want : orig_nofile.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &nl) == 0) nofile_raised = true;
-}
-
-/* Two pipes per rank stay open here: a job the limit cannot hold is refused before the first
- * fork, rather than torn down when a pipe fails thousands of ranks in. */
-static void check_nofile(void)
-{
-    struct rlimit rl;
-    const rlim_t need = (rlim_t)nranks * 2 + 32;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+    const rlim_t need = (rlim_t)nranks * 2 + 32, want = 2 * need;
+    rlim_t have = orig_nofile.rlim_cur;
+    if (have != RLIM_INFINITY && have < want) {
+        struct rlimit nl = orig_nofile;
+        nl.rlim_cur = (orig_nofile.rlim_max == RLIM_INFINITY || orig_nofile.rlim_max > want) ? want : orig_nofile.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &nl) == 0) nofile_raised = true, have = nl.rlim_cur;
+    }
+    if (have != RLIM_INFINITY && have < need)
         die("-n %d needs about %llu open files here, and the limit is %llu (raise it: ulimit -n)", nranks,
-            (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+            (unsigned long long)need, (unsigned long long)have);
 }
 
 /* ---------- ranks ---------- */
@@ -966,7 +963,6 @@ int main(int argc, char **argv)
     }
 
     raise_nofile();
-    check_nofile();
     install_signals();
 #ifdef __linux__
     /* Processes a rank starts become ringrun's when the rank dies, so that teardown reaches

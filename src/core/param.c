@@ -377,17 +377,18 @@ static ring_result_t need_int(const char *name, const char *src, long long lo, l
     return RING_OK;
 }
 
-int ring__torchrun_started(void)
+int ring__launcher_row_applies(int torch)
 {
+    if (!torch) return 1;
     const char *v = getenv("TORCHELASTIC_RUN_ID");
-    return v && *v;
+    return (torch == 1) == (v && *v);
 }
 
 ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
 {
     static const struct {
         const char *rank, *size, *source;
-        int torch; /* 1: only under torchrun; 2: only without it */
+        int torch; /* ring__launcher_row_applies; the RANK/WORLD_SIZE rows are the ones not 0 */
     } sources[] = {
         /* The launcher that started this process before the ones around it: every process of an
          * sbatch/salloc allocation inherits SLURM_PROCID and SLURM_NTASKS, also those that
@@ -406,10 +407,9 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
     };
     ring_result_t rc;
     memset(eb, 0, sizeof *eb);
-    const int torchrun = ring__torchrun_started();
     int master = 0; /* a RANK/WORLD_SIZE row: the root may come from MASTER_ADDR and MASTER_PORT */
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
-        if (sources[i].torch && (sources[i].torch == 1) != torchrun) continue;
+        if (!ring__launcher_row_applies(sources[i].torch)) continue;
         const char *r = getenv(sources[i].rank), *n = getenv(sources[i].size);
         int has_r = r && *r, has_n = n && *n; /* empty is unset, as for every RING_* variable */
         /* Half a row is a mistake, not a reason to ask the next launcher: RING_RANK without
@@ -420,7 +420,7 @@ ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb)
                                 sources[i].source, has_r ? sources[i].size : sources[i].rank);
         if (!has_r) continue;
         eb->source = sources[i].source;
-        master = !strcmp(sources[i].rank, "RANK");
+        master = sources[i].torch != 0;
         RING_CHECK(need_int(sources[i].size, eb->source, 1, 1 << 20, &eb->nranks));
         RING_CHECK(need_int(sources[i].rank, eb->source, 0, eb->nranks - 1, &eb->rank));
         break;

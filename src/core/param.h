@@ -53,8 +53,11 @@ typedef struct ring__env_bootstrap {
     const char *source; /* "RING_*", "torchrun", "openmpi", "pmi", "RANK/WORLD_SIZE", "slurm" */
 } ring__env_bootstrap_t;
 ring_result_t ring__env_bootstrap(ring__env_bootstrap_t *eb);
-/* torchrun started this process: its agent sets TORCHELASTIC_RUN_ID for every worker. Only
- * then do RANK, WORLD_SIZE and LOCAL_RANK come before an MPI launcher's variables. */
-int ring__torchrun_started(void);
+/* Does a launcher-variable row apply here? torch 0: always; 1: a torchrun row, only where
+ * torchrun started this process (its agent sets TORCHELASTIC_RUN_ID for every worker); 2: the
+ * same names without torchrun, only where it did not. So RANK, WORLD_SIZE and LOCAL_RANK come
+ * before an MPI launcher's variables only under torchrun (ring__env_bootstrap and
+ * ring__topo_env_local_rank list the rows). */
+int ring__launcher_row_applies(int torch);
 
 #endif

@@ -101,9 +101,10 @@ static ring_result_t wait_acked(ring_comm_t *comm, int fd, const char *path, con
 
 /* Ranks other than 0: open the file once rank 0 made it and check its header (written after
  * the file got its size). Returns it open in *fdp, and rank 0's errno in *declined where it
- * could not reserve the body (then this rank has counted itself as opened). */
+ * could not reserve the body (then this rank has counted itself as opened), with *bare set
+ * where the refusal was the file's size (no header to map). */
 static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *what, size_t body_bytes, int *fdp,
-                               int *declined)
+                               int *declined, int *bare)
 {
     const int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
     struct stat st;
@@ -132,6 +133,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
             return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "%s: cannot tell rank 0 this rank saw %s refused", what,
                                       path);
         *declined = (int)st.st_size;
+        *bare = 1;
         return RING_OK;
     }
     hdr_t *h = mmap(NULL, HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -165,7 +167,7 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
                                 ring__shpage_t *pg)
 {
     ring_result_t rc = RING_OK;
-    int fd = -1, made = 0, declined = 0;
+    int fd = -1, made = 0, declined = 0, bare = 0; /* bare: refused in the file's size, no header */
     void *map = NULL;
     size_t bytes = file_bytes(body_bytes);
     char path[400];
@@ -210,16 +212,15 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
                 goto fail;
             }
             made = 0; /* wait_acked removes the names, whatever happens */
+            bare = 1;
             RING_CHECK(wait_acked(comm, fd, path, what));
         }
         declined = e;
     } else {
-        RING_CHECK(open_made(comm, path, what, body_bytes, &fd, &declined));
+        RING_CHECK(open_made(comm, path, what, body_bytes, &fd, &declined, &bare));
     }
     /* A refused page is its header alone, which the other ranks have read by now; or, where
      * even that did not fit, its size, which they have all acknowledged (nothing to map). */
-    struct stat fst;
-    const int bare = declined && fstat(fd, &fst) == 0 && refusal_size(fst.st_size);
     if (declined) bytes = HDR_BYTES;
     if (!bare && (!declined || comm->rank == 0)) {
         map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -431,11 +431,11 @@ static ring_result_t star_look(ring_comm_t *comm, int fd, int r, short revents, 
          * connection closing, and since a look only peeks, it would excuse every later close. */
         bye |= type == RING__NOTICE_BYE && origin == (uint32_t)r;
         if (type == RING__NOTICE_FAIL) {
-            /* The cause's code where the ranks keep it (wire_code): a rank may have finished
-             * its init and failed in its first call, a mismatch, while this one still waits
-             * (the root, for the others to map its page). That rank "failed during init" with
-             * RING_ERR_PEER said neither what nor when. */
-            const ring_result_t c = code == RING_ERR_MISMATCH || code == RING_ERR_TIMEOUT ? (ring_result_t)code : RING_ERR_PEER;
+            /* The cause's code where the ranks keep it: a rank may have finished its init and
+             * failed in its first call, a mismatch, while this one still waits (the root, for
+             * the others to map its page). That rank "failed during init" with RING_ERR_PEER
+             * said neither what nor when. */
+            const ring_result_t c = (ring_result_t)wire_code((ring_result_t)code);
             if (r == 0) return ring__seterr(comm, c, "%s: during init: %.*s", what, (int)tl, (const char *)t);
             return ring__seterr(comm, c, "%s: rank %d (%s, pid %u) failed: %.*s", what, r, comm->peers[r].host,
                                 comm->peers[r].pid, (int)tl, (const char *)t);

@@ -439,7 +439,7 @@ const char *ring__topo_env_local_rank(int *local_rank, int *nlocal)
      * torchrun started this process. */
     static const struct {
         const char *rank, *size, *source;
-        int torch; /* 1: only under torchrun; 2: only without it */
+        int torch; /* ring__launcher_row_applies */
     } pairs[] = {
         {"RING_LOCAL_RANK", "RING_LOCAL_SIZE", "ringrun", 0},
         {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun", 1},
@@ -448,11 +448,11 @@ const char *ring__topo_env_local_rank(int *local_rank, int *nlocal)
         {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK/LOCAL_WORLD_SIZE", 2},
     };
     int lr, nl, node;
-    const int torchrun = ring__torchrun_started();
     *local_rank = 0;
     *nlocal = 1;
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        if ((!pairs[i].torch || (pairs[i].torch == 1) == torchrun) && env_nonneg(pairs[i].rank, 1 << 20, &lr) == 0 && env_nonneg(pairs[i].size, 1 << 20, &nl) == 0 && lr < nl) {
+        if (ring__launcher_row_applies(pairs[i].torch) && env_nonneg(pairs[i].rank, 1 << 20, &lr) == 0 &&
+            env_nonneg(pairs[i].size, 1 << 20, &nl) == 0 && lr < nl) {
             *local_rank = lr;
             *nlocal = nl;
             return pairs[i].source;
