@@ -177,6 +177,13 @@ long ring__cgroup_cpu_limit(const char *proc_cgroup, const char *root)
     return best;
 }
 
+/* The code for a failed ring__io_full: its own timeout and the abort keep their meaning, any
+ * other failure is the caller's (a peer that broke the connection). */
+static ring_result_t io_code(int e, ring_result_t other)
+{
+    return e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : other;
+}
+
 static void put_info(unsigned char *p, const ring__peer_info_t *info)
 {
     ring__put32(p, info->addr.len);
@@ -465,8 +472,7 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
     for (int r = 1; r < n; r++) {
         int e = ring__io_full(bs->rank_fds[r], table, tlen, 1, deadline, comm->wake_fd);
         if (e) {
-            rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_PEER,
-                                    -e, "bootstrap: sending the rank table to rank %d", r);
+            rc = ring__seterr_errno(comm, io_code(e, RING_ERR_PEER), -e, "bootstrap: sending the rank table to rank %d", r);
             /* Ranks 1..r-1 have the table and are connecting to each other, watching their
              * star connection: they get the FAIL notice the watcher would send (which names
              * rank r), not just a closed connection that says "rank 0 died". The rest get a
@@ -553,7 +559,7 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         goto fail;
     }
     if (e) {
-        rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_CONNECT,
+        rc = ring__seterr_errno(comm, io_code(e, RING_ERR_CONNECT),
                                 -e, "bootstrap: rank %d waiting for the rank table from the root %s (rank 0 died, or "
                                 "other ranks never joined?)", comm->rank, ring__addr_str(root, b, sizeof b));
         goto fail;
@@ -596,8 +602,8 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         goto fail;
     }
     if (e) {
-        rc = ring__seterr_errno(comm, e == -ETIMEDOUT ? RING_ERR_TIMEOUT : e == -ECANCELED ? RING_ERR_ABORTED : RING_ERR_PEER,
-                                -e, "bootstrap: reading the rank table from %s", ring__addr_str(root, b, sizeof b));
+        rc = ring__seterr_errno(comm, io_code(e, RING_ERR_PEER), -e, "bootstrap: reading the rank table from %s",
+                                ring__addr_str(root, b, sizeof b));
         goto fail;
     }
     for (int r = 0; r < n; r++) {
