@@ -169,10 +169,11 @@ RING_API int ring_comm_rank(const ring_comm_t *comm);   /* -1 for NULL */
 RING_API int ring_comm_nranks(const ring_comm_t *comm); /* -1 for NULL */
 /*
  * Detail of the last failure on comm ("" if none). With comm == NULL: the last failure of a
- * ring_comm_init* call on this thread (thread-local). For a live comm the string points into
- * the communicator: the next failure on it rewrites it, from any thread (the progress thread
- * when an _async operation fails, ring_comm_abort), and ring_comm_destroy frees it. Copy it
- * before the next call if it must be kept (docs/api.md).
+ * ring_comm_init* call on this thread (thread-local). For a live comm: a copy of its text,
+ * taken under its lock into one of four buffers of the calling thread used in turn (valid after
+ * ring_comm_destroy, until this thread's fourth call after it). The communicator's text is
+ * rewritten by the next failure on it, from any thread (the progress thread when an _async
+ * operation fails, ring_comm_abort): read it right after the failing call (docs/api.md).
  */
 RING_API const char *ring_comm_last_error(const ring_comm_t *comm);
 

@@ -9,6 +9,9 @@
  *  2. Abort from another thread while a call is in flight and others are queued.
  *  3. Three ranks; rank 2 destroys its communicator while 0 and 1 are in an all-reduce with
  *     it: the watcher threads record and relay its goodbye while the callers read it.
+ *  4. A mismatched first call with 64 _async calls queued behind it: each rank reads its
+ *     communicator's error text right after the first call returned, while the progress
+ *     thread fails the queued ones and rewrites that text.
  *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
@@ -202,6 +205,50 @@ static int test_departure(void)
     return bad ? -1 : 0;
 }
 
+#define QUEUED 64
+
+static void *lasterr_main(void *p)
+{
+    rank_ctx *c = p;
+    ring_request_t *rq[QUEUED + 1];
+    int32_t v[2000] = {0};
+    /* Rank 0 sends 1000 elements where rank 1 sends 2000: every rank fails the first call. */
+    CALL(c, ring_allreduce_async(c->comm, v, v, c->rank ? 2000 : 1000, RING_INT32, RING_SUM, &rq[0]));
+    for (int k = 1; k <= QUEUED; k++) {
+        ring_result_t r = ring_allreduce_async(c->comm, v, v, 16, RING_INT32, RING_SUM, &rq[k]);
+        if (r != RING_OK) rq[k] = NULL; /* already failed: refused at once, no request */
+    }
+    ring_result_t first = ring_wait(rq[0]);
+    char seen[1024] = "";
+    for (int i = 0; i < 2000; i++) {
+        snprintf(seen, sizeof seen, "%s", ring_comm_last_error(c->comm));
+        if (!strstr(seen, "count=1000") || !strstr(seen, "count=2000")) break;
+    }
+    for (int k = 1; k <= QUEUED; k++)
+        if (rq[k] && ring_wait(rq[k]) != RING_ERR_MISMATCH) FAIL(c, "queued call %d did not fail as a mismatch", k);
+    if (first != RING_ERR_MISMATCH) FAIL(c, "first call returned %s: %s", ring_result_name(first), seen);
+    if (!strstr(seen, "count=1000") || !strstr(seen, "count=2000"))
+        FAIL(c, "the text does not name both counts: %s", seen);
+    return NULL;
+}
+
+static int test_last_error(void)
+{
+    rank_ctx P[2];
+    if (init_pair(P)) return -1;
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, lasterr_main, &P[r]);
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    int bad = 0;
+    for (int r = 0; r < 2; r++)
+        if (P[r].rc) {
+            fprintf(stderr, "last error: rank %d: %s\n", r, P[r].err);
+            bad = 1;
+        }
+    for (int r = 0; r < 2; r++) ring_comm_destroy(P[r].comm);
+    return bad ? -1 : 0;
+}
+
 int main(void)
 {
     struct {
@@ -209,7 +256,8 @@ int main(void)
         int (*fn)(void);
     } tests[] = {{"mixed async/blocking traffic on two communicators", test_mixed},
                  {"abort from another thread", test_abort},
-                 {"a rank destroys its communicator mid-collective", test_departure}};
+                 {"a rank destroys its communicator mid-collective", test_departure},
+                 {"error text read while the progress thread fails queued calls", test_last_error}};
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int r = tests[i].fn();

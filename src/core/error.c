@@ -192,10 +192,24 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)
     return (ring_result_t)fc;
 }
 
+/* A live communicator's text is rewritten under err_mu by any thread (the progress thread when
+ * an _async operation fails): the caller gets a copy taken under the lock, in a buffer of its
+ * own thread. Four of them in turn, so that one printf may name the texts of a few
+ * communicators; each stays as it was until this thread's fourth call after it. */
+#define LAST_COPIES 4
+static _Thread_local char last_copy[LAST_COPIES][RING__ERRMSG_MAX];
+static _Thread_local unsigned last_next;
+
 const char *ring_comm_last_error(const ring_comm_t *comm)
 {
-    if (comm && !ring__comm_live(comm)) return ring__not_live_text(comm);
-    return comm ? comm->errmsg : tls_err;
+    if (!comm) return tls_err;
+    if (!ring__comm_live(comm)) return ring__not_live_text(comm);
+    char *out = last_copy[last_next++ % LAST_COPIES];
+    ring_comm_t *c = (ring_comm_t *)comm; /* the lock only: the text is not changed */
+    pthread_mutex_lock(&c->err_mu);
+    memcpy(out, c->errmsg, RING__ERRMSG_MAX);
+    pthread_mutex_unlock(&c->err_mu);
+    return out;
 }
 
 int64_t ring__now_ns(void)

@@ -864,9 +864,12 @@ ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op)
             comm->cuda_dead = S;
         }
     }
-    if (rc != RING_OK)
+    if (rc != RING_OK) {
+        char why[RING__ERRMSG_MAX];
+        ring__op_error(comm, why, sizeof why);
         RING_LOG(RING_LOG_WARN, RING_SUB_COLL, comm->rank, "%s #%llu on device %d failed: %s",
-                 ring__coll_name(op->coll), (unsigned long long)op->seq, op->device, comm->errmsg);
+                 ring__coll_name(op->coll), (unsigned long long)op->seq, op->device, why);
+    }
     ring__cuda_device_leave(&ds);
     return rc;
 }

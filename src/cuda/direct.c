@@ -507,6 +507,13 @@ static void settle(ring_comm_t *comm, direct_t *d, const ring__opdesc_t *op, str
     }
 }
 
+/* The failed CUDA call's message, cut to 200 characters: it becomes part of a longer reason. */
+static int failed_why(ring_comm_t *comm, char *why, size_t len)
+{
+    ring__op_error(comm, why, RING__MIN(len, (size_t)201));
+    return -1;
+}
+
 /* Does this rank offer the path for op? Fills its record; 0 yes, else why in why. */
 static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, offer_t *mine, char *why, size_t len)
 {
@@ -520,12 +527,12 @@ static int offer(direct_t *d, ring_comm_t *comm, const ring__opdesc_t *op, offer
     if (describe(d, op->sendbuf, &mine->buf[0], why, len)) return -1;
     if (!bcast && describe(d, op->recvbuf, &mine->buf[1], why, len)) return -1;
     if (!d->ev) {
-        if (ring__cuda_event_create(comm, &d->ev) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
+        if (ring__cuda_event_create(comm, &d->ev) != RING_OK) return failed_why(comm, why, len);
         /* The event, and every mapping after it, belongs to this device's context. */
         d->device = op->device;
     }
     if (d->uuid_dev != op->device) {
-        if (ring__cuda_device_uuid(comm, op->device, d->uuid) != RING_OK) return snprintf(why, len, "%.200s", comm->errmsg), -1;
+        if (ring__cuda_device_uuid(comm, op->device, d->uuid) != RING_OK) return failed_why(comm, why, len);
         d->uuid_dev = op->device;
     }
     memcpy(mine->gpu, d->uuid, sizeof mine->gpu);
