@@ -125,7 +125,7 @@ typedef struct ring_config {
     size_t struct_size;        /* set by ring_config_init: sizeof(ring_config_t) where the caller was compiled */
     int timeout_ms;            /* RING_TIMEOUT_MS: max wait without progress (bootstrap, collectives) */
     size_t chunk_bytes;        /* RING_CHUNK_BYTES: pipelining unit of the ring (same on every rank) */
-    int nsocks;                /* RING_NSOCKS: TCP sockets per peer; 0 = auto (1 between loopback addresses, else 2) */
+    int nsocks;                /* RING_NSOCKS: TCP sockets per peer; 0 = auto (1 over the loopback device, else 2) */
     int pipeline_depth;        /* RING_PIPELINE_DEPTH: chunks in flight per direction (same on every rank) */
     const char *secret;        /* RING_SECRET: job secret (32 hex digits, or any string, hashed) */
     const char *socket_ifname; /* RING_SOCKET_IFNAME: interface for data connections */
@@ -168,8 +168,9 @@ RING_API ring_result_t ring_comm_abort(ring_comm_t *comm);
 RING_API int ring_comm_rank(const ring_comm_t *comm);   /* -1 for NULL */
 RING_API int ring_comm_nranks(const ring_comm_t *comm); /* -1 for NULL */
 /*
- * Detail of the last failure on comm ("" if none). With comm == NULL: the last failure of a
- * ring_comm_init* call on this thread (thread-local). For a live comm: a copy of its text,
+ * Detail of the last failure on comm ("" if none). With comm == NULL: the last failure on this
+ * thread without a live communicator (ring_comm_init*, ring_config_init, a call with a NULL or
+ * destroyed communicator or a NULL request; thread-local). For a live comm: a copy of its text,
  * taken under its lock into one of four buffers of the calling thread used in turn (valid after
  * ring_comm_destroy, until this thread's fourth call after it). The communicator's text is
  * rewritten by the next failure on it, from any thread (the progress thread when an _async
