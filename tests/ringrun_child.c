@@ -6,6 +6,9 @@
  *   long BYTES K          K lines of BYTES bytes each on stdout
  *   fail R CODE [stubborn] rank R exits CODE after 0.2 s; the others sleep 10 s (stubborn: ignoring SIGTERM)
  *   crash R               rank R kills itself with SIGKILL after 0.2 s; the others sleep 10 s
+ *   follow R CODE FILE    rank R writes its pid to FILE and exits CODE after 0.2 s; the others
+ *                         wait until that pid is gone, then say so on stderr and exit 6 (as a
+ *                         ringcomm rank reports a failed peer)
  *   sleep S               print "ready pid=P", sleep S seconds
  *   nointr S              like sleep, but ignore SIGINT
  *   flood                 print "ready pid=P", then lines on stdout until killed
@@ -211,6 +214,26 @@ int main(int argc, char **argv)
         handle(SIGTERM, argc > 4 && !strcmp(argv[4], "stubborn") ? on_sig_ignore : on_term_exit);
         say(STDOUT_FILENO, "ready pid=%d\n", (int)getpid());
         sleep_s(10);
+    } else if (!strcmp(mode, "follow")) {
+        long r = arg_long(argc, argv, 2);
+        const char *file = argc > 4 ? argv[4] : "";
+        if (rank == r) {
+            FILE *f = fopen(file, "w");
+            if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) return 97;
+            sleep_s(0.2);
+            return (int)arg_long(argc, argv, 3);
+        }
+        handle(SIGTERM, on_term_exit);
+        int pid = 0;
+        for (int i = 0; i < 1000 && pid <= 0; i++) {
+            FILE *f = fopen(file, "r");
+            if (!f || fscanf(f, "%d", &pid) != 1) pid = 0;
+            if (f) fclose(f);
+            if (pid <= 0) sleep_s(0.01);
+        }
+        while (pid > 0 && !(kill(pid, 0) != 0 && errno == ESRCH)) sleep_s(0.005);
+        say(STDERR_FILENO, "rank %d: rank %ld failed\n", rank, r);
+        return 6;
     } else if (!strcmp(mode, "sleep") || !strcmp(mode, "nointr")) {
         handle(SIGINT, !strcmp(mode, "nointr") ? on_sig_ignore : on_term_exit);
         handle(SIGTERM, on_term_exit);

@@ -711,6 +711,43 @@ RR_TEST(failing_rank_stops_the_others)
     free_run(&r);
 }
 
+/* The others end by themselves within the grace after a failure (a ringcomm rank returns an
+ * error naming the failed peer), and what they say reaches the output: ringrun used to send
+ * SIGTERM at once, and ranks died before they printed it. */
+RR_TEST(failing_rank_leaves_the_others_time_to_report_it)
+{
+    char file[64];
+    snprintf(file, sizeof file, "/tmp/ringrun-follow-%d", (int)getpid());
+    unlink(file);
+    const char *args[] = {"-n", "4", CHILD, "follow", "2", "3", file, NULL};
+    run_t r;
+    run_to_end(&r, args, NULL, 12);
+    unlink(file);
+    cr_assert_eq(exit_code(&r), 3, "exit status %d, stderr:\n%s", exit_code(&r), r.b[1].d);
+    assert_stderr_has(&r, "ringrun: rank 2 exited with status 3\n");
+    assert_stderr_has(&r, "[0] rank 0: rank 2 failed\n");
+    assert_stderr_has(&r, "[1] rank 1: rank 2 failed\n");
+    assert_stderr_has(&r, "[3] rank 3: rank 2 failed\n");
+    cr_assert(!strstr(r.b[1].d, "got SIGTERM"), "terminated before they reported it:\n%s", r.b[1].d);
+    free_run(&r);
+}
+
+/* Once every rank ended and its output is read, ringrun ends too. It used to wait out the 1 s
+ * meant for a pipe that a rank's leftover child holds open whenever it read the pipes' ends
+ * before it reaped the last rank: in about one run of three. */
+RR_TEST(ends_as_soon_as_the_ranks_have_ended)
+{
+    const char *args[] = {"-n", "2", "/bin/true", NULL};
+    for (int i = 0; i < 8; i++) {
+        run_t r;
+        run_to_end(&r, args, NULL, 10);
+        double took = r.t_end - r.t0;
+        cr_assert_eq(exit_code(&r), 0, "stderr:\n%s", r.b[1].d);
+        cr_assert_lt(took, 0.9, "run %d took %.2f s for two ranks that exit at once", i, took);
+        free_run(&r);
+    }
+}
+
 RR_TEST(sigkill_after_grace_when_sigterm_ignored)
 {
     const char *args[] = {"-n", "3", CHILD, "fail", "1", "5", "stubborn", NULL};

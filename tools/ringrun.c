@@ -11,7 +11,8 @@
  * context switch: on our 2-core machine a 2-rank 4-byte all-reduce alternated between 9 and
  * 20 us from run to run unbound, and stayed at 8.5 us bound.
  *
- * Teardown (docs/launch.md): a signal is forwarded once, unless the terminal sent it to the
+ * Teardown (docs/launch.md): after a rank failed, the others have FAIL_GRACE_S to end by
+ * themselves before SIGTERM; a signal is forwarded once, unless the terminal sent it to the
  * whole foreground group and so to the ranks already, and ranks still running KILL_GRACE_S
  * later are killed; SIGUSR1 and SIGUSR2 are only passed on (Slurm's --signal=USR1@T
  * checkpoint warning); SIGTSTP and SIGCONT stop and resume the ranks with ringrun; the
@@ -54,6 +55,11 @@
  * newline, so other ranks' lines still never land inside it and memory stays bounded. */
 #define LINE_FLUSH_LIMIT (1u << 20)
 #define KILL_GRACE_S 2.0
+/* After a rank failed, how long the others have to end by themselves before they get SIGTERM: a
+ * ringcomm rank hears of a peer's failure within milliseconds and returns an error naming it,
+ * which the user should see. Terminated at once, half of an 8-rank job died before printing
+ * theirs (a review's runs on 2026-12-06). */
+#define FAIL_GRACE_S 1.0
 /* How long to keep reading after every rank has exited: a background grandchild can hold a pipe
  * open forever, and that must not keep ringrun alive. */
 #define DRAIN_S 1.0
@@ -91,7 +97,7 @@ static int nrunning;
 /* The job's state: the main loop's, and service()'s (which also runs inside a blocked write). */
 static enum cause cause = C_NONE;
 static int exit_code, cause_sig, nsig;
-static double timeout_s, t_timeout, t_kill;
+static double timeout_s, t_timeout, t_kill, t_term; /* t_term: SIGTERM after a failed rank */
 /* Once teardown began: what processes the ranks leave behind get when ringrun adopts them
  * (PR_SET_CHILD_SUBREAPER). 0: nothing. */
 static int orphan_sig;
@@ -708,6 +714,7 @@ static void stop_job(bool tty)
     signal_job(SIGCONT, false);
     if (t_timeout) t_timeout += stopped;
     if (t_kill) t_kill += stopped;
+    if (t_term) t_term += stopped;
     note("stopped by SIGTSTP for %.1f s, with the ranks; resumed", stopped);
 }
 
@@ -767,6 +774,7 @@ static double next_timer(void)
 {
     double next = t_timeout;
     if (t_kill && (!next || t_kill < next)) next = t_kill;
+    if (t_term && (!next || t_term < next)) next = t_term;
     return next;
 }
 
@@ -782,6 +790,14 @@ static void check_timers(double now)
             signal_job(SIGTERM, false);
             if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
             if (!t_kill) t_kill = now + KILL_GRACE_S;
+        }
+    }
+    if (t_term && now >= t_term) {
+        t_term = 0;
+        if (nrunning > 0 && !t_kill) {
+            signal_job(SIGTERM, false);
+            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
+            t_kill = now + KILL_GRACE_S;
         }
     }
     if (t_kill && now >= t_kill) {
@@ -1026,9 +1042,8 @@ int main(int argc, char **argv)
                 exit_code = 128 + WTERMSIG(st);
                 note("rank %d killed by signal %d (%s)", r, WTERMSIG(st), strsignal(WTERMSIG(st)));
             }
-            signal_job(SIGTERM, false);
-            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
-            t_kill = now_s() + KILL_GRACE_S;
+            /* The others first get FAIL_GRACE_S to report it themselves (check_timers). */
+            t_term = now_s() + FAIL_GRACE_S;
         }
         /* A rank that died may have left processes behind, now ringrun's children. */
         if (reaped && orphan_sig) signal_orphans(orphan_sig, false);
@@ -1037,13 +1052,12 @@ int main(int argc, char **argv)
         check_timers(now);
         flush_notes();
         if (nrunning == 0) {
+            if (nopen == 0) break; /* every pipe is at its end already: nothing to drain */
             if (!t_drain) t_drain = now + DRAIN_S;
             if (now >= t_drain) break;
         }
 
-        double next = 0;
-        if (t_timeout) next = t_timeout;
-        if (t_kill && (!next || t_kill < next)) next = t_kill;
+        double next = next_timer();
         if (t_drain && (!next || t_drain < next)) next = t_drain;
         int wait_ms = -1;
         if (next) {
