@@ -2392,6 +2392,28 @@ Test(departure, a_root_that_fails_init_tells_the_ranks_that_joined_why, .timeout
     cr_assert_lt(took, 20000, "rank 1 took %.0f ms (timeout 30 s)", took);
 }
 
+/* The same, with the same timeout on every rank (as a launcher gives them) and rank 1 started a
+ * little before the root, so that its clock runs out first: it waits past its own deadline for
+ * the root's reason. It used to time out beside the root with "rank 0 died, or other ranks
+ * never joined?" (6 of 7 ranks at 8 ranks in a review's runs). */
+Test(departure, ranks_with_the_roots_timeout_get_its_reason_for_a_rank_that_never_joined, .timeout = 60)
+{
+    clear_env();
+    enum { N = 4 };
+    int port = free_port();
+    init_arg a[3];
+    init_start(&a[1], N, 1, port, 1500, NULL);
+    init_start(&a[2], N, 2, port, 1500, NULL);
+    sleep_ms(100);
+    init_start(&a[0], N, 0, port, 1500, NULL);
+    for (int r = 0; r < 3; r++) pthread_join(a[r].t, NULL);
+    cr_assert_eq(a[0].rc, RING_ERR_TIMEOUT, "rank 0: %s: %s", ring_result_name(a[0].rc), a[0].msg);
+    for (int r = 1; r < 3; r++) {
+        cr_assert_eq(a[r].rc, RING_ERR_TIMEOUT, "rank %d: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
+        cr_assert(strstr(a[r].msg, "missing rank(s) 3"), "rank %d: %s", r, a[r].msg);
+    }
+}
+
 /* A rank in init looks at its star connection with the root: a goodbye there that the root
  * relayed for another rank (it finished init and left) must not hide the root's own death
  * afterwards. It did: the look found "a goodbye" and took the closed connection for a rank
