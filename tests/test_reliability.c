@@ -2047,6 +2047,30 @@ Test(timeout, names_the_collective_its_sequence_number_and_the_peer, .timeout = 
     }
 }
 
+/* Eight ranks over TCP, recursive doubling; rank 3 never makes the call. Each rank's timeout
+ * names the peer it waited for, which for most is one that waits too (rank 0 waits for rank 2,
+ * which waits for rank 3). Rank 0 has every other rank's stuck report by then and names the
+ * one that sent none, and the ranks that heard of its failure first get that text. */
+Test(timeout, rank_0_names_the_rank_that_never_reported_waiting, .timeout = 120)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    enum { N = 8, SILENT = 3 };
+    ring_comm_t *c[N];
+    group_init(c, N, 1200);
+    assert_group_works(c, N, 10, "warm-up");
+    call_t k[N - 1];
+    for (int r = 0, i = 0; r < N; r++)
+        if (r != SILENT) k[i++] = (call_t){.comm = c[r], .kind = K_ALLREDUCE, .count = 10, .dt = RING_FLOAT32};
+    run_calls(k, N - 1);
+    cr_log_info("rank 0: %s", k[0].msg);
+    cr_assert_eq(k[0].rc, RING_ERR_TIMEOUT, "rank 0: %s: %s", ring_result_name(k[0].rc), k[0].msg);
+    cr_assert(strstr(k[0].msg, "every rank but 3 told rank 0 it was waiting in this call"), "rank 0: %s", k[0].msg);
+    for (int i = 1; i < N - 1; i++) cr_assert_eq(k[i].rc, RING_ERR_TIMEOUT, "%s", k[i].msg);
+    group_destroy(c, N);
+    unsetenv("RING_TRANSPORT");
+}
+
 /* One rank blocks in a call the other never makes; ring_comm_abort from this thread. Returns
  * the milliseconds from the abort to the call's return. */
 static double abort_latency(kind_t kind, size_t count, int async, char *msg, size_t len)

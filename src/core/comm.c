@@ -82,6 +82,8 @@ static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
     if (atomic_load(&comm->remote_failed)) return ring__remote_result(comm, what);
     if (left >= 0) {
         ring__watch_note_left(comm, left, what, cause, sizeof cause);
+    } else if (rc == RING_ERR_TIMEOUT) {
+        ring__watch_stuck_hint(comm, 0, cause, sizeof cause);
     } else if (rc == RING_ERR_PEER) {
         /* The whole grace passed: the usual reason is a partition that cut off rank 0, which
          * relays every failure, while the peer that closed had timed out (the netns-faults

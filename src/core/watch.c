@@ -213,6 +213,7 @@ static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text
     char msg[RING__ERRMSG_MAX], h[96];
     host_of(comm, from, h, sizeof h);
     snprintf(msg, sizeof msg, "rank %d (%s) failed: %.700s", from, h, text);
+    if (code == RING_ERR_TIMEOUT && !garbage) ring__watch_stuck_hint(comm, from, msg, sizeof msg);
     if (ring__fail_remote(comm, (ring_result_t)code, msg))
         relay(comm, RING__NOTICE_FAIL, from, wire_code((ring_result_t)code), msg, garbage ? -1 : from);
 }
@@ -250,6 +251,39 @@ int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *des
     /* As the root's own first failure: everyone, r included, is told. */
     if (bad && ring__fail_remote(comm, RING_ERR_MISMATCH, msg)) relay(comm, RING__NOTICE_FAIL, r, RING_ERR_MISMATCH, msg, -1);
     return bad;
+}
+
+void ring__watch_stuck_hint(ring_comm_t *comm, int timed_out, char *text, size_t len)
+{
+    char list[160];
+    size_t o = 0;
+    int missing = 0, waiting = 0, n = comm->nranks;
+    list[0] = '\0';
+    /* Two ranks: the timeout names the other one already. */
+    if (comm->rank != 0 || n < 3 || timed_out < 0 || timed_out >= n) return;
+    pthread_mutex_lock(&comm->star_mu);
+    /* The call is the one rank timed_out reported stuck in (rank 0's own report is recorded
+     * without a frame): it was stuck for RING_TIMEOUT_MS / 4 before it timed out. */
+    const unsigned char *mine = comm->stuck_desc ? comm->stuck_desc + (size_t)timed_out * RING__DESC_LEN : NULL;
+    const uint64_t seq = mine && ring__get32(mine) != 0 ? ring__desc_seq(mine) : UINT64_MAX;
+    for (int q = 0; seq != UINT64_MAX && q < n; q++) {
+        const unsigned char *d = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
+        if (q == timed_out) continue;
+        if (ring__get32(d) != 0 && ring__desc_seq(d) >= seq) {
+            waiting++;
+            continue;
+        }
+        if (++missing <= 8 && o < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", o ? ", " : "", q);
+    }
+    pthread_mutex_unlock(&comm->star_mu);
+    /* A report from another rank shows that this call's waits report; more than half silent
+     * says nothing about who is to blame. */
+    if (missing == 0 || waiting == 0 || 2 * missing > n) return;
+    size_t t = strlen(text);
+    if (t + 1 < len)
+        snprintf(text + t, len - t, "; every rank but %s%s told rank 0 it was waiting in this call: look at %s first",
+                 list, missing > 8 ? ", ..." : "", missing == 1 ? "that rank" : "those ranks");
 }
 
 void ring__watch_stuck(ring_comm_t *comm)

@@ -59,6 +59,13 @@ static inline int64_t ring__stuck_ns(const ring_comm_t *comm)
  * the communicator with RING_ERR_MISMATCH if another rank is stuck in the same call (same
  * sequence number) with a descriptor that differs. Returns 1 when it found a mismatch. */
 int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *desc);
+/* Root, for a timeout of rank timed_out (its own or one it relays): appends to text (a
+ * NUL-terminated string in a buffer of len bytes) the ranks that sent no stuck report for the
+ * call that rank reported stuck in, or a later one, when some did not and at most half. Every
+ * rank waiting on one that never came reports within RING_TIMEOUT_MS / 4, so those left are
+ * where to look first; the timeout of each rank names only the peer it waited for, often one
+ * that waits too. */
+void ring__watch_stuck_hint(ring_comm_t *comm, int timed_out, char *text, size_t len);
 
 /*
  * Notice frames on the star: 16-byte header (magic "RGNT", type, origin rank, code:16,
