@@ -857,6 +857,26 @@ out:
     return NULL;
 }
 
+/* A rank's own data handshake that takes longer than the 10 s a stranger gets (its segments
+ * lost again and again) still completes while init's deadline allows: the listener used to
+ * drop it at 10 s, and init failed on every rank with "closed this rank's connection before
+ * taking it". A test hook holds the handshake after its first byte. */
+Test(strangers, a_ranks_handshake_slower_than_a_strangers_limit_still_joins, .timeout = 90)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    setenv("RING_TEST_TCP_HS_HOLD_MS", "10500", 1);
+    ring_comm_t *c[2];
+    double t0 = now_ms();
+    group_init(c, 2, 30000);
+    double took = now_ms() - t0;
+    unsetenv("RING_TEST_TCP_HS_HOLD_MS");
+    cr_assert(took >= 10400, "init took %.0f ms: the hook did not hold the handshake", took);
+    assert_group_works(c, 2, 1000, "after a slow handshake");
+    group_destroy(c, 2);
+    unsetenv("RING_TRANSPORT");
+}
+
 Test(strangers, garbage_wrong_secrets_scans_and_slow_loris_do_not_disturb_the_job, .timeout = 240)
 {
     clear_env();
