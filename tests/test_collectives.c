@@ -706,7 +706,7 @@ Test(faults, rank_0_relays_a_death_before_its_own_call_returns, .timeout = 300)
     uint64_t rs = seed_for(0xfa018);
     long long bound_ns = env_count("RING_TEST_FAULT_BOUND_MS", FAULT_BOUND_MS) * 1000000LL;
     int maxn = max_ranks() && max_ranks() < 4 ? max_ranks() : 4;
-    for (int trial = 0; trial < 8; trial++)
+    for (int trial = 0; trial < 20; trial++)
         fault_trial(trial, maxn < 3 ? maxn : 3 + (int)(next_rand(&rs) % (uint64_t)(maxn - 2)), next_rand(&rs), env,
                     bound_ns);
 }

@@ -787,6 +787,9 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
      * queue below must be released without that wait. */
     ring__seterr(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
     ring__comm_fail(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
+    /* A program aborts and exits at its first error: on rank 0 that error may be one the
+     * watcher is still telling the ranks about, and they would see rank 0 die instead. */
+    if (comm->rank == 0) ring__watch_relay_wait(comm);
     pthread_mutex_lock(&comm->mu);
     while (comm->qhead) {
         struct ring_request *r = comm->qhead;

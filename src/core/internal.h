@@ -130,6 +130,7 @@ struct ring_comm {
     atomic_int aborted;
     atomic_int aborting;      /* ring_comm_abort calls still inside: destroy waits for them */
     atomic_int remote_failed; /* another rank failed or died (watch.c); fail_code/msg say how */
+    atomic_int relaying;      /* root: failures it is relaying to the ranks (watch.c); abort waits */
     int wake_fd; /* eventfd: abort() and the watcher write it so that a poll() in progress returns */
 
     /* Watcher thread on the bootstrap star (watch.c). star_mu serialises writes on the star

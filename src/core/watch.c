@@ -134,9 +134,21 @@ static void relay(ring_comm_t *comm, uint32_t type, int origin, uint32_t code, c
  * report rank 0 dead (4 of 13 runs after a kill -9 with 5% packet loss in a review's runs). */
 static void fail_relayed(ring_comm_t *comm, ring_result_t code, const char *msg, int origin, uint32_t wire, int skip)
 {
-    if (!fail_record(comm, code, msg)) return;
-    relay(comm, RING__NOTICE_FAIL, origin, wire, msg, skip);
-    fail_wake(comm, msg);
+    /* Counted before the failure shows: a new call fails at once on fail_code, and a program
+     * that then aborts must not exit under the relay (ring__watch_relay_wait). */
+    atomic_fetch_add(&comm->relaying, 1);
+    if (fail_record(comm, code, msg)) {
+        relay(comm, RING__NOTICE_FAIL, origin, wire, msg, skip);
+        fail_wake(comm, msg);
+    }
+    atomic_fetch_sub(&comm->relaying, 1);
+}
+
+void ring__watch_relay_wait(ring_comm_t *comm)
+{
+    /* Each relay gives a peer whose socket does not drain SEND_WAIT_NS. */
+    const int64_t until = ring__now_ns() + 5000LL * 1000000LL;
+    while (atomic_load(&comm->relaying) > 0 && ring__now_ns() < until) ring__nap_ns(1000000);
 }
 
 int ring__watch_someone_left(ring_comm_t *comm)

@@ -33,6 +33,8 @@ void ring__watch_notify(ring_comm_t *comm, ring_result_t code, const char *msg);
  * in flight. Returns 1 if this became the communicator's failure.
  */
 int ring__fail_remote(ring_comm_t *comm, ring_result_t code, const char *msg);
+/* Root: wait (up to 5 s) until the failures the watcher is relaying to the ranks went out. */
+void ring__watch_relay_wait(ring_comm_t *comm);
 /* A rank other than this one that said goodbye (ring_comm_destroy) on the star, directly or
  * relayed by the root, or -1. */
 int ring__watch_someone_left(ring_comm_t *comm);
