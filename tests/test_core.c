@@ -1650,6 +1650,20 @@ Test(pair, p2p_timeout_names_the_peer)
     clear_env();
 }
 
+/* The reference vectors of the SipHash paper's test code (key 00..0f, message 00..len-1),
+ * which the shared-memory file names depend on to tell nothing of the job nonce. */
+Test(net, siphash_matches_the_reference_vectors)
+{
+    unsigned char key[16], msg[64];
+    for (int i = 0; i < 16; i++) key[i] = (unsigned char)i;
+    for (int i = 0; i < 64; i++) msg[i] = (unsigned char)i;
+    cr_assert_eq(ring__siphash(key, msg, 0), 0x726fdb47dd0e0e31ULL);
+    cr_assert_eq(ring__siphash(key, msg, 1), 0x74f839c593dc67fdULL);
+    cr_assert_eq(ring__siphash(key, msg, 8), 0x93f5f5799a932462ULL);
+    cr_assert_eq(ring__siphash(key, msg, 15), 0xa129ca6149be45e5ULL);
+    cr_assert_eq(ring__siphash(key, msg, 63), 0x958a324ceb064572ULL);
+}
+
 /* A connect toward an ephemeral port of this host, made while nobody listens there, can take
  * that very port as its source and connect to itself (TCP simultaneous open). Binding a socket
  * and connecting it to its own address builds that case on purpose: it must count as refused,

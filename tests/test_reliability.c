@@ -54,6 +54,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/inotify.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -3145,6 +3146,54 @@ static void no_room(int full)
     umount(dir);
     rmdir(dir);
     cr_assert_eq(left, 0, "%d file(s) left in the tmpfs", left);
+}
+
+/* The names a job makes in RING_SHM_DIR are listed for every user; they must not tell another
+ * user the name of the shared page to come (made after the segments' names) or the job nonce
+ * that data handshakes carry. They used to carry the nonce: a local user watching /dev/shm made
+ * the page's name first, and every job on the host failed init. */
+Test(sm, names_in_the_shm_directory_carry_no_job_nonce, .timeout = 60)
+{
+    clear_env();
+    char dir[] = "/dev/shm/ringcomm-test-names-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    setenv("RING_SHM_DIR", dir, 1);
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    cr_assert(in >= 0 && inotify_add_watch(in, dir, IN_CREATE) >= 0, "inotify: %s", strerror(errno));
+    enum { N = 3 };
+    ring_comm_t *c[N];
+    group_init(c, N, 20000);
+    assert_group_works(c, N, 1000, "after init");
+    char names[64][NAME_MAX + 1];
+    int nn = 0;
+    union {
+        struct inotify_event e;
+        char b[4096];
+    } ev;
+    ssize_t got;
+    while ((got = read(in, ev.b, sizeof ev.b)) > 0)
+        for (char *p = ev.b; p < ev.b + got && nn < 64;) {
+            struct inotify_event *e = (struct inotify_event *)(void *)p;
+            if (e->len) snprintf(names[nn++], sizeof names[0], "%s", e->name);
+            p += sizeof *e + e->len;
+        }
+    close(in);
+    char nonce[17], page[NAME_MAX + 1];
+    snprintf(nonce, sizeof nonce, "%016llx", (unsigned long long)c[0]->job_nonce);
+    snprintf(page, sizeof page, "ringcomm-%u-%u-%016llx-sm", (unsigned)geteuid(), (unsigned)c[0]->peers[0].pid,
+             (unsigned long long)ring__shm_name_tag(c[0], "sm"));
+    int saw_page = 0, segments = 0;
+    for (int i = 0; i < nn; i++) {
+        cr_log_info("made %s", names[i]);
+        cr_assert(!strstr(names[i], nonce), "%s carries the job nonce %s", names[i], nonce);
+        if (!strcmp(names[i], page)) saw_page = 1;
+        else if (strncmp(names[i], "ringcomm-", 9) == 0) segments++;
+    }
+    group_destroy(c, N);
+    unsetenv("RING_SHM_DIR");
+    rmdir(dir);
+    cr_assert(saw_page, "no shared page named %s among %d names", page, nn);
+    cr_assert_gt(segments, 0, "no transport segment among %d names", nn);
 }
 
 Test(sm, no_room_for_the_page_leaves_it_out_on_every_rank, .timeout = 120) { no_room(0); }

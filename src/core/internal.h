@@ -242,6 +242,11 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);
 void ring__fd_own(int fd);
 int ring__comm_inherited(const ring_comm_t *comm);
 const char *ring__not_live_text(const ring_comm_t *comm);
+/* The hex field of a file name in RING_SHM_DIR, ringcomm-<uid>-<pid>-<field>-<rest>: a keyed hash
+ * (the job nonce and the secret) of rest. Every rank of the job computes the same one, and no
+ * name tells another user the next (the shared page's name is made after the segments' names
+ * are listed in /dev/shm for all to see) or the job nonce that the data handshakes carry. */
+uint64_t ring__shm_name_tag(const ring_comm_t *comm, const char *rest);
 /* Thread-local message buffer for failures without a communicator. */
 char *ring__tls_errbuf(void);
 /* Around a collective run on this thread (run_one): the errors this thread sets on comm

@@ -353,3 +353,63 @@ int ring__secret_equal(const uint8_t *a, const uint8_t *b, size_t n)
     for (size_t i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
     return d == 0;
 }
+
+/* SipHash-2-4 (Aumasson and Bernstein): a keyed hash whose outputs tell nothing of the key, nor
+ * of its value on other inputs. */
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIP_ROUND                                                                                  \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 13) ^ v0;                                                                \
+        v0 = SIP_ROTL(v0, 32);                                                                     \
+        v2 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 16) ^ v2;                                                                \
+        v0 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 21) ^ v0;                                                                \
+        v2 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 17) ^ v2;                                                                \
+        v2 = SIP_ROTL(v2, 32);                                                                     \
+    } while (0)
+
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+uint64_t ring__siphash(const unsigned char key[16], const void *data, size_t len)
+{
+    const unsigned char *in = data;
+    uint64_t k0 = le64(key), k1 = le64(key + 8);
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t m = le64(in + i);
+        v3 ^= m;
+        SIP_ROUND;
+        SIP_ROUND;
+        v0 ^= m;
+    }
+    uint64_t b = (uint64_t)len << 56;
+    for (size_t j = 0; i + j < len; j++) b |= (uint64_t)in[i + j] << (8 * j);
+    v3 ^= b;
+    SIP_ROUND;
+    SIP_ROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+uint64_t ring__shm_name_tag(const ring_comm_t *comm, const char *rest)
+{
+    unsigned char key[16];
+    memcpy(key, &comm->job_nonce, 8);
+    memcpy(key + 8, comm->params.secret, 8);
+    return ring__siphash(key, rest, strlen(rest));
+}

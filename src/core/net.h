@@ -63,6 +63,8 @@ int ring__io_full(int fd, void *buf, size_t len, int writing, int64_t deadline_n
 
 /* Constant-time comparison, so that probing the secret byte by byte learns nothing. */
 int ring__secret_equal(const uint8_t *a, const uint8_t *b, size_t n);
+/* SipHash-2-4 of data under a 128-bit key. */
+uint64_t ring__siphash(const unsigned char key[16], const void *data, size_t len);
 
 /* NCCL-style device filter (RING_SOCKET_IFNAME, RING_IB_HCA): comma list of name prefixes,
  * "=" first for exact names, "^" first to exclude. hca_ports: an entry may end in ":port",

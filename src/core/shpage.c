@@ -173,7 +173,7 @@ ring_result_t ring__shpage_open(ring_comm_t *comm, const char *tag, const char *
     char path[400];
     memset(pg, 0, sizeof *pg);
     snprintf(path, sizeof path, "%s/ringcomm-%u-%u-%016llx-%s", comm->params.shm_dir, (unsigned)geteuid(),
-             (unsigned)comm->peers[0].pid, (unsigned long long)comm->job_nonce, tag);
+             (unsigned)comm->peers[0].pid, (unsigned long long)ring__shm_name_tag(comm, tag), tag);
     /* A directory that is not there or not writable cannot carry rank 0's refusal either, but
      * every rank of the host sees it the same way (RING_SHM_DIR must be the same on all). */
     if (optional && access(comm->params.shm_dir, W_OK | X_OK) != 0) {

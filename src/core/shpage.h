@@ -20,7 +20,7 @@ typedef struct ring__shpage {
 
 /*
  * Collective over the communicator (every rank calls it, at init): rank 0 creates
- * <RING_SHM_DIR>/ringcomm-<uid>-<rank 0's pid>-<job nonce>-<tag> (O_EXCL, 0600, all of it
+ * <RING_SHM_DIR>/ringcomm-<uid>-<rank 0's pid>-<hash>-<tag> (O_EXCL, 0600, all of it
  * reserved with posix_fallocate), the others open it once it is there, check owner, mode and
  * header, and map it; rank 0 removes the name when every rank has mapped it. Every wait is
  * bounded by RING_TIMEOUT_MS, and rank 0 stops waiting for a rank whose bootstrap connection

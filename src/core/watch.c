@@ -197,7 +197,7 @@ static void relay(ring_comm_t *comm, uint32_t type, int origin, uint32_t code, c
     ring__bootstrap_t *bs = comm->bs;
     /* Tests: a root slow to relay a failure (a loaded host, a lossy link to the ranks). */
     const char *hold = type == RING__NOTICE_FAIL ? getenv("RING_TEST_RELAY_HOLD_MS") : NULL;
-    if (hold && *hold) ring__nap_ns(atoll(hold) * 1000000LL);
+    for (long long ms = hold && *hold ? atoll(hold) : 0; ms > 0; ms -= 10) ring__nap_ns(10000000L);
     unsigned char f[FRAME_MAX];
     size_t n = ring__notice_build(f, type, (uint32_t)origin, code, text);
     pthread_mutex_lock(&comm->star_mu);

@@ -135,9 +135,10 @@ static void tx_setup(ring_comm_t *comm, link_t *t, int device, char *why, size_t
         goto fail;
     }
     for (int tries = 0; tries < 16 && fd < 0; tries++) {
-        snprintf(t->path, sizeof t->path, "%s/" NAME_PREFIX "%u-%d-%016llx-%d-%d-ipc%u", comm->params.shm_dir,
-                 (unsigned)geteuid(), (int)getpid(), (unsigned long long)comm->job_nonce, comm->rank, comm->right,
-                 atomic_fetch_add(&counter, 1));
+        char rest[48];
+        snprintf(rest, sizeof rest, "%d-%d-ipc%u", comm->rank, comm->right, atomic_fetch_add(&counter, 1));
+        snprintf(t->path, sizeof t->path, "%s/" NAME_PREFIX "%u-%d-%016llx-%s", comm->params.shm_dir, (unsigned)geteuid(),
+                 (int)getpid(), (unsigned long long)ring__shm_name_tag(comm, rest), rest);
         fd = open(t->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0 && errno != EEXIST) break;
     }

@@ -3,7 +3,7 @@
  *
  * Setting up: an upgrade of an established, authenticated TCP connection. Its first socket
  * stays as the doorbell and liveness channel; the other sockets are closed.
- *  1. The sending side creates <RING_SHM_DIR>/ringcomm-<uid>-<pid>-<nonce>-<from>-<to>-<n>
+ *  1. The sending side creates <RING_SHM_DIR>/ringcomm-<uid>-<pid>-<hash>-<from>-<to>-<n>
  *     (O_EXCL, mode 0600), reserves all of it with posix_fallocate (a full /dev/shm is an
  *     error now, not a SIGBUS in the middle of a collective), maps it, writes the header and
  *     sends OFFER (256 bytes) on the socket:
@@ -268,8 +268,10 @@ static void make_segment(shm_ctx *ctx, up *u)
     int fd = -1, e = 0;
     char name[128];
     for (int tries = 0; tries < 16 && fd < 0; tries++) {
-        snprintf(name, sizeof name, NAME_PREFIX "%u-%d-%016llx-%d-%d-%u", (unsigned)geteuid(), (int)getpid(),
-                 (unsigned long long)comm->job_nonce, comm->rank, u->peer, atomic_fetch_add(&counter, 1));
+        char rest[48];
+        snprintf(rest, sizeof rest, "%d-%d-%u", comm->rank, u->peer, atomic_fetch_add(&counter, 1));
+        snprintf(name, sizeof name, NAME_PREFIX "%u-%d-%016llx-%s", (unsigned)geteuid(), (int)getpid(),
+                 (unsigned long long)ring__shm_name_tag(comm, rest), rest);
         say(u->path, sizeof u->path, "%s/%s", comm->params.shm_dir, name);
         fd = open(u->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         e = errno;
