@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -1730,6 +1731,90 @@ Test(net, local_addresses_are_loopback_and_our_own)
         fprintf(stderr, "[net local] own-address case skipped: no route out of this namespace (%s)\n",
                 ring_comm_last_error(NULL));
     }
+}
+
+/* RING_SOCKET_IFNAME's choice among an interface's addresses: the root's family, else the
+ * other, an IPv6 link-local address (zone = an interface number of this host, which means
+ * another interface or none on the peers' hosts) only where there is nothing else, and no
+ * address the kernel cannot bind (tentative, or failed its duplicate check). It took the
+ * link-local address the kernel adds to an IPv4 interface for an IPv6 root, and a tentative
+ * address listed first. */
+static struct sockaddr_storage pick_sa[6];
+static struct ifaddrs pick_if[6];
+static void pick_add(int k, const char *ifname, int family, const char *ip)
+{
+    memset(&pick_sa[k], 0, sizeof pick_sa[k]);
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&pick_sa[k];
+        a->sin_family = AF_INET;
+        cr_assert_eq(inet_pton(AF_INET, ip, &a->sin_addr), 1);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&pick_sa[k];
+        a->sin6_family = AF_INET6;
+        cr_assert_eq(inet_pton(AF_INET6, ip, &a->sin6_addr), 1);
+    }
+    pick_if[k] = (struct ifaddrs){.ifa_next = k > 0 ? &pick_if[k - 1] : NULL, .ifa_name = (char *)ifname,
+                                  .ifa_flags = IFF_UP, .ifa_addr = (struct sockaddr *)&pick_sa[k]};
+}
+
+static const char *pick_ip(const struct ifaddrs *i, char *b, size_t len)
+{
+    if (!i) return "(none)";
+    const void *a = i->ifa_addr->sa_family == AF_INET ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+                                                      : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+    return inet_ntop(i->ifa_addr->sa_family, a, b, (socklen_t)len);
+}
+
+static int not_fd00_22(const struct sockaddr *sa)
+{
+    struct in6_addr t;
+    inet_pton(AF_INET6, "fd00::22", &t);
+    return sa->sa_family != AF_INET6 || memcmp(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, &t, sizeof t);
+}
+
+Test(net, socket_ifname_prefers_routable_usable_addresses)
+{
+    char b[64];
+    /* getifaddrs lists the newest first: the list runs from index 5 down to 0. */
+    pick_add(0, "eth1", AF_INET6, "fd01::3");
+    pick_add(1, "eth0", AF_INET, "10.20.0.3");
+    pick_add(2, "eth0", AF_INET6, "fe80::7855:feff:feed:cec2");
+    const struct ifaddrs *i = ring__ifaddr_pick(&pick_if[2], "eth0", AF_INET6, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "10.20.0.3", "IPv6 root, IPv4 eth0: %s", pick_ip(i, b, sizeof b));
+    i = ring__ifaddr_pick(&pick_if[2], "eth1", AF_INET, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "fd01::3");
+    pick_add(3, "eth0", AF_INET6, "fd00::2");
+    pick_add(4, "eth0", AF_INET6, "fd00::22");
+    i = ring__ifaddr_pick(&pick_if[4], "eth0", AF_INET6, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "fd00::22");
+    i = ring__ifaddr_pick(&pick_if[4], "eth0", AF_INET6, not_fd00_22);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "fd00::2", "the unusable address was taken: %s", pick_ip(i, b, sizeof b));
+    /* Only link-local: taken, rather than nothing. */
+    pick_add(5, "eth9", AF_INET6, "fe80::1");
+    i = ring__ifaddr_pick(&pick_if[5], "eth9", AF_INET, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "fe80::1");
+    cr_assert_null(ring__ifaddr_pick(&pick_if[5], "eth7", AF_INET, NULL));
+}
+
+/* A peer's link-local address carries its own host's interface number: connected as it came,
+ * it failed with "Network is unreachable" wherever the hosts number their interfaces
+ * differently. It takes this rank's zone when this rank's data address is link-local too. */
+Test(net, a_peers_link_local_address_takes_this_hosts_zone)
+{
+    ring__sockaddr_t peer = addr_of("[fe80::101]:5000");
+    ((struct sockaddr_in6 *)&peer.ss)->sin6_scope_id = 12;
+    struct sockaddr_storage mine;
+    memset(&mine, 0, sizeof mine);
+    struct sockaddr_in6 *m = (struct sockaddr_in6 *)&mine;
+    m->sin6_family = AF_INET6;
+    inet_pton(AF_INET6, "fe80::100", &m->sin6_addr);
+    m->sin6_scope_id = 2;
+    ring__addr_local_zone(&peer, &mine);
+    cr_assert_eq(((struct sockaddr_in6 *)&peer.ss)->sin6_scope_id, 2);
+    /* A routable peer address keeps what it has. */
+    ring__sockaddr_t g = addr_of("[fd00::2]:5000");
+    ring__addr_local_zone(&g, &mine);
+    cr_assert_eq(((struct sockaddr_in6 *)&g.ss)->sin6_scope_id, 0);
 }
 
 /* ring__connect_start sets the congestion control before the connection exists (reno is in

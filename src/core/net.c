@@ -45,7 +45,11 @@ const char *ring__addr_str(const ring__sockaddr_t *a, char *buf, size_t len)
     } else if (a->ss.ss_family == AF_INET6) {
         const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)&a->ss;
         inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof ip);
-        snprintf(buf, len, "[%s]:%d", ip, ntohs(s->sin6_port));
+        /* A link-local address means nothing without its zone, as RING_ROOT writes it. */
+        char zone[IF_NAMESIZE + 2] = "", name[IF_NAMESIZE];
+        if (s->sin6_scope_id && if_indextoname(s->sin6_scope_id, name)) snprintf(zone, sizeof zone, "%%%s", name);
+        else if (s->sin6_scope_id) snprintf(zone, sizeof zone, "%%%u", (unsigned)s->sin6_scope_id);
+        snprintf(buf, len, "[%s%s]:%d", ip, zone, ntohs(s->sin6_port));
     } else {
         snprintf(buf, len, "(family %d)", a->ss.ss_family);
     }
@@ -103,6 +107,53 @@ int ring__hca_port_of(const char *spec, const char *name)
     return name_match(spec, name, 1, &port) ? port : 0;
 }
 
+static int link_local6(const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
+}
+
+const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *ifname, int family,
+                                        int (*usable)(const struct sockaddr *))
+{
+    /* 0: the root's family; 1: the other; 2 and 3: the same with IPv6 link-local addresses,
+     * whose zone (the interface number) means another interface, or none, on the peers'
+     * hosts; the kernel adds one to every interface, IPv4-only ones included. */
+    for (int pass = 0; pass < 4; pass++)
+        for (const struct ifaddrs *i = list; i; i = i->ifa_next) {
+            if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+            int fam = i->ifa_addr->sa_family;
+            if (fam != AF_INET && fam != AF_INET6) continue;
+            if ((pass % 2 == 0) != (fam == family)) continue;
+            if ((pass >= 2) != link_local6(i->ifa_addr)) continue;
+            if (!ring__name_match(ifname, i->ifa_name, 0)) continue;
+            if (usable && !usable(i->ifa_addr)) continue;
+            return i;
+        }
+    return NULL;
+}
+
+void ring__addr_local_zone(ring__sockaddr_t *peer, const struct sockaddr_storage *mine)
+{
+    if (peer->ss.ss_family != AF_INET6 || mine->ss_family != AF_INET6) return;
+    struct sockaddr_in6 *p = (struct sockaddr_in6 *)&peer->ss;
+    const struct sockaddr_in6 *m = (const struct sockaddr_in6 *)mine;
+    if (IN6_IS_ADDR_LINKLOCAL(&p->sin6_addr) && IN6_IS_ADDR_LINKLOCAL(&m->sin6_addr)) p->sin6_scope_id = m->sin6_scope_id;
+}
+
+/* An address this host can bind now: not tentative (its duplicate check still running) and
+ * not failed that check, which getifaddrs does not say. */
+static int bindable(const struct sockaddr *sa)
+{
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 1; /* cannot tell: let the listener's bind report it */
+    ring__sockaddr_t a = {.len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)};
+    memcpy(&a.ss, sa, a.len);
+    ring__addr_set_port(&a, 0);
+    int ok = bind(fd, (const struct sockaddr *)&a.ss, a.len) == 0 || errno != EADDRNOTAVAIL;
+    close(fd);
+    return ok;
+}
+
 ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring__sockaddr_t *toward,
                                ring__sockaddr_t *out, char *ifout, size_t ifoutlen)
 {
@@ -113,18 +164,11 @@ ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring
     ring_result_t rc = RING_OK;
     if (ifname && *ifname) {
         /* Same family as the root first, so the data path matches the bootstrap path. */
-        for (int pass = 0; pass < 2 && out->len == 0; pass++) {
-            for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
-                if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
-                int fam = i->ifa_addr->sa_family;
-                if (fam != AF_INET && fam != AF_INET6) continue;
-                if (pass == 0 && fam != toward->ss.ss_family) continue;
-                if (!ring__name_match(ifname, i->ifa_name, 0)) continue;
-                out->len = fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-                memcpy(&out->ss, i->ifa_addr, out->len);
-                snprintf(ifout, ifoutlen, "%s", i->ifa_name);
-                break;
-            }
+        const struct ifaddrs *i = ring__ifaddr_pick(ifa, ifname, toward->ss.ss_family, bindable);
+        if (i) {
+            out->len = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+            memcpy(&out->ss, i->ifa_addr, out->len);
+            snprintf(ifout, ifoutlen, "%s", i->ifa_name);
         }
         if (out->len == 0)
             rc = ring__seterr(comm, RING_ERR_INVALID_ARG,

@@ -468,6 +468,7 @@ static ring_result_t pconn_step(tcp_ctx *ctx, const ring__tp_addr_t *addr, int p
             free(pc);
             return ring__seterr(comm, RING_ERR_PROTOCOL, "tcp: malformed address for rank %d", peer);
         }
+        ring__addr_local_zone(&pc->addr, &comm->data_addr);
         pc->cc = ctx->cc_local == ctx->cc_remote || ring__addr_is_local(&pc->addr) ? ctx->cc_local : ctx->cc_remote;
         for (int i = 0; i < pc->nsocks; i++) {
             unsigned char *h = pc->hs[i];
