@@ -696,19 +696,21 @@ Test(faults, kill_a_random_rank_at_a_random_point, .timeout = 600)
 }
 
 /* The same where rank 0 is slow to relay the death (a test hook holds every relay 300 ms) and
- * every survivor aborts and exits as soon as its error is written (no destroy, which would
- * wait for the relay): the ranks must still hear from rank 0 who died. Rank 0 used to wake its
+ * every survivor exits as soon as its error is written, after ring_comm_abort in even trials
+ * and without it in odd ones (no destroy, which would wait for the relay): the ranks must still
+ * hear from rank 0 who died. Rank 0 used to wake its
  * own call first, so it could exit before the relay went out, and the others then reported
  * rank 0 dead (seen with 5% packet loss). */
 Test(faults, rank_0_relays_a_death_before_its_own_call_returns, .timeout = 300)
 {
-    static const char *const env[] = {"RING_TEST_RELAY_HOLD_MS=300", "MP_FAULTS_EXIT_AT_ONCE=1", NULL};
+    static const char *const env_abort[] = {"RING_TEST_RELAY_HOLD_MS=300", "MP_FAULTS_EXIT_AT_ONCE=abort", NULL};
+    static const char *const env_exit[] = {"RING_TEST_RELAY_HOLD_MS=300", "MP_FAULTS_EXIT_AT_ONCE=exit", NULL};
     uint64_t rs = seed_for(0xfa018);
     long long bound_ns = env_count("RING_TEST_FAULT_BOUND_MS", FAULT_BOUND_MS) * 1000000LL;
     int maxn = max_ranks() && max_ranks() < 4 ? max_ranks() : 4;
     for (int trial = 0; trial < 20; trial++)
-        fault_trial(trial, maxn < 3 ? maxn : 3 + (int)(next_rand(&rs) % (uint64_t)(maxn - 2)), next_rand(&rs), env,
-                    bound_ns);
+        fault_trial(trial, maxn < 3 ? maxn : 3 + (int)(next_rand(&rs) % (uint64_t)(maxn - 2)), next_rand(&rs),
+                    trial % 2 ? env_exit : env_abort, bound_ns);
 }
 
 Test(collectives, threads_n3, .timeout = 180)

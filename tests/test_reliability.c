@@ -2092,6 +2092,36 @@ Test(timeout, rank_0_names_the_rank_that_never_reported_waiting, .timeout = 120)
     unsetenv("RING_TRANSPORT");
 }
 
+/* The hint must be about the call that timed out. Here the ranks' last stuck reports are from
+ * an all-gather that rank 2 entered late; the all-reduce after it, which rank 1 never enters,
+ * runs on the shared page, whose waits make no report (under RING_TEST_TRANSPORT=tcp it runs by
+ * recursive doubling, which reports, and the hint is right). The hint used to take the
+ * all-gather's reports for it and name rank 2, which was in the call. */
+Test(timeout, the_hint_is_never_drawn_from_an_earlier_calls_reports, .timeout = 60)
+{
+    clear_env();
+    enum { N = 3 };
+    ring_comm_t *c[N];
+    group_init(c, N, 2000);
+    call_t g[N];
+    for (int r = 0; r < N; r++) g[r] = (call_t){.comm = c[r], .kind = K_ALLGATHER, .count = 10, .dt = RING_FLOAT32};
+    call_start(&g[0]);
+    call_start(&g[1]);
+    sleep_ms(1200); /* past the stuck report at a quarter of the timeout */
+    call_start(&g[2]);
+    for (int r = 0; r < N; r++) pthread_join(g[r].t, NULL);
+    for (int r = 0; r < N; r++) cr_assert_eq(g[r].rc, RING_OK, "all-gather, rank %d: %s", r, g[r].msg);
+    call_t k[2] = {{.comm = c[0], .kind = K_ALLREDUCE, .count = 10, .dt = RING_FLOAT32},
+                   {.comm = c[2], .kind = K_ALLREDUCE, .count = 10, .dt = RING_FLOAT32}};
+    run_calls(k, 2);
+    cr_log_info("rank 0: %s", k[0].msg);
+    cr_assert_eq(k[0].rc, RING_ERR_TIMEOUT, "rank 0: %s: %s", ring_result_name(k[0].rc), k[0].msg);
+    cr_assert(strstr(k[0].msg, "rank 1"), "rank 0: %s", k[0].msg);
+    /* Over TCP the all-reduce reports (recursive doubling), and the hint names rank 1. */
+    cr_assert(!strstr(k[0].msg, "every rank but 2"), "a hint from the all-gather's reports: %s", k[0].msg);
+    group_destroy(c, N);
+}
+
 /* One rank blocks in a call the other never makes; ring_comm_abort from this thread. Returns
  * the milliseconds from the abort to the call's return. */
 static double abort_latency(kind_t kind, size_t count, int async, char *msg, size_t len)

@@ -1042,8 +1042,10 @@ int main(int argc, char **argv)
                 exit_code = 128 + WTERMSIG(st);
                 note("rank %d killed by signal %d (%s)", r, WTERMSIG(st), strsignal(WTERMSIG(st)));
             }
-            /* The others first get FAIL_GRACE_S to report it themselves (check_timers). */
+            /* The others first get FAIL_GRACE_S to report it themselves (check_timers); what the
+             * failed rank left behind is not a rank with something to say. */
             t_term = now_s() + FAIL_GRACE_S;
+            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
         }
         /* A rank that died may have left processes behind, now ringrun's children. */
         if (reaped && orphan_sig) signal_orphans(orphan_sig, false);

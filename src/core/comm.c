@@ -787,9 +787,6 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
      * queue below must be released without that wait. */
     ring__seterr(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
     ring__comm_fail(comm, RING_ERR_ABORTED, "communicator aborted by ring_comm_abort");
-    /* A program aborts and exits at its first error: on rank 0 that error may be one the
-     * watcher is still telling the ranks about, and they would see rank 0 die instead. */
-    if (comm->rank == 0) ring__watch_relay_wait(comm);
     pthread_mutex_lock(&comm->mu);
     while (comm->qhead) {
         struct ring_request *r = comm->qhead;
@@ -800,6 +797,9 @@ ring_result_t ring_comm_abort(ring_comm_t *comm)
     comm->qtail = NULL;
     pthread_cond_broadcast(&comm->cv_done);
     pthread_mutex_unlock(&comm->mu);
+    /* A program aborts and exits at its first error: on rank 0 that error may be one the
+     * watcher is still telling the ranks about, and they would see rank 0 die instead. */
+    if (comm->rank == 0) ring__watch_relay_wait(comm);
     atomic_fetch_sub_explicit(&comm->aborting, 1, memory_order_release); /* comm may be freed from here */
     return RING_OK;
 }

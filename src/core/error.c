@@ -184,6 +184,9 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what)
 {
     int fc = atomic_load(&comm->fail_code);
     if (fc == RING_OK) return RING_OK;
+    /* On rank 0 the failure may still be on its way to the other ranks (watch.c, fail_relayed):
+     * a program that exits on this error must not end the process before it is. */
+    if (comm->rank == 0) ring__watch_relay_wait(comm);
     char buf[RING__ERRMSG_MAX];
     pthread_mutex_lock(&comm->err_mu);
     snprintf(buf, sizeof buf, "%s: communicator failed earlier: %.900s", what, comm->fail_msg);

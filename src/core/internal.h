@@ -149,6 +149,7 @@ struct ring_comm {
     int stuck_algo;
     uint64_t stuck_said;
     unsigned char *stuck_desc;
+    int64_t *stuck_at; /* the root: when each rank's last stuck report came (ring__now_ns) */
 
     /* Run queue and progress thread. */
     pthread_mutex_t mu;
@@ -242,8 +243,8 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);
 void ring__fd_own(int fd);
 int ring__comm_inherited(const ring_comm_t *comm);
 const char *ring__not_live_text(const ring_comm_t *comm);
-/* The hex field of a file name in RING_SHM_DIR, ringcomm-<uid>-<pid>-<field>-<rest>: a keyed hash
- * (the job nonce and the secret) of rest. Every rank of the job computes the same one, and no
+/* The hex field of a file name in RING_SHM_DIR, ringcomm-<uid>-<pid>-<field>-<rest>: a hash keyed
+ * with the secret of the job nonce and rest. Every rank of the job computes the same one, and no
  * name tells another user the next (the shared page's name is made after the segments' names
  * are listed in /dev/shm for all to see) or the job nonce that the data handshakes carry. */
 uint64_t ring__shm_name_tag(const ring_comm_t *comm, const char *rest);

@@ -452,8 +452,11 @@ uint64_t ring__siphash(const unsigned char key[16], const void *data, size_t len
 
 uint64_t ring__shm_name_tag(const ring_comm_t *comm, const char *rest)
 {
-    unsigned char key[16];
-    memcpy(key, &comm->job_nonce, 8);
-    memcpy(key + 8, comm->params.secret, 8);
-    return ring__siphash(key, rest, strlen(rest));
+    /* Keyed with the whole secret, over the nonce and the rest: with the built-in secret (known
+     * to all) the nonce alone is unknown to others, and 64 bits are out of reach. */
+    unsigned char in[8 + 64];
+    size_t n = strnlen(rest, sizeof in - 8);
+    memcpy(in, &comm->job_nonce, 8);
+    memcpy(in + 8, rest, n);
+    return ring__siphash(comm->params.secret, in, 8 + n);
 }

@@ -20,15 +20,16 @@ const char *ring__addr_str(const ring__sockaddr_t *a, char *buf, size_t len);
 int ring__addr_port(const ring__sockaddr_t *a);
 void ring__addr_set_port(ring__sockaddr_t *a, int port);
 
-/* The address RING_SOCKET_IFNAME (ifname) gives, from getifaddrs' list: of an interface that is
- * up and matches, in the root's family, else the other, IPv6 link-local only where nothing else
- * is, and usable(addr) (NULL: any). */
-struct ifaddrs;
-struct sockaddr;
 /* A peer's IPv6 link-local address came with the zone (interface number) of its own host:
  * where this rank's data address is link-local too, the peer is on that link, in this host's
  * zone. Anything else is left as it is. */
 void ring__addr_local_zone(ring__sockaddr_t *peer, const struct sockaddr_storage *mine);
+
+struct ifaddrs;
+struct sockaddr;
+/* The address RING_SOCKET_IFNAME (ifname) gives, from getifaddrs' list: of an interface that is
+ * up and matches, in the root's family, else the other, IPv6 link-local only where nothing else
+ * is, and usable(addr) (NULL: any). */
 const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *ifname, int family,
                                         int (*usable)(const struct sockaddr *));
 

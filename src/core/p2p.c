@@ -35,6 +35,9 @@ void ring__peer_desc(const ring_comm_t *comm, int rank, char *out, size_t len)
     memset(&a, 0, sizeof a);
     memcpy(&a.ss, pi->addr.data, RING__MIN(pi->addr.len, sizeof a.ss));
     a.len = pi->addr.len;
+    /* A link-local address's zone is the peer host's interface number: this rank reaches it
+     * through its own (ring__addr_local_zone), and that is the name this host knows. */
+    if (rank != comm->rank) ring__addr_local_zone(&a, &comm->data_addr);
     char b[80];
     snprintf(out, len, "rank %d (%s on %s)", rank, ring__addr_str(&a, b, sizeof b), pi->host);
 }

@@ -250,7 +250,8 @@ static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text
     }
     char msg[RING__ERRMSG_MAX], h[96];
     host_of(comm, from, h, sizeof h);
-    snprintf(msg, sizeof msg, "rank %d (%s) failed: %.700s", from, h, text);
+    /* Room for the hint within what a relay carries (RING__NOTICE_TEXT_MAX). */
+    snprintf(msg, sizeof msg, "rank %d (%s) failed: %.*s", from, h, code == RING_ERR_TIMEOUT ? 560 : 700, text);
     if (code == RING_ERR_TIMEOUT && !garbage) ring__watch_stuck_hint(comm, from, msg, sizeof msg);
     fail_relayed(comm, (ring_result_t)code, msg, from, wire_code((ring_result_t)code), garbage ? -1 : from);
 }
@@ -278,6 +279,7 @@ int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *des
         return 0;
     }
     memcpy(comm->stuck_desc + (size_t)r * RING__DESC_LEN, desc, RING__DESC_LEN);
+    comm->stuck_at[r] = ring__now_ns();
     for (int q = 0; q < comm->nranks && !bad; q++) {
         const unsigned char *o = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
         /* Only the same call: another sequence number is a rank a call ahead or behind. */
@@ -300,9 +302,13 @@ void ring__watch_stuck_hint(ring_comm_t *comm, int timed_out, char *text, size_t
     if (comm->rank != 0 || n < 3 || timed_out < 0 || timed_out >= n) return;
     pthread_mutex_lock(&comm->star_mu);
     /* The call is the one rank timed_out reported stuck in (rank 0's own report is recorded
-     * without a frame): it was stuck for RING_TIMEOUT_MS / 4 before it timed out. */
+     * without a frame), RING_TIMEOUT_MS / 4 into the stall that timed out: a report older than
+     * RING_TIMEOUT_MS is an earlier call's, and the one that timed out made none (the
+     * shared-memory all-reduce and device buffers do not report), so nothing can be said. */
     const unsigned char *mine = comm->stuck_desc ? comm->stuck_desc + (size_t)timed_out * RING__DESC_LEN : NULL;
-    const uint64_t seq = mine && ring__get32(mine) != 0 ? ring__desc_seq(mine) : UINT64_MAX;
+    const int64_t recent = ring__now_ns() - (int64_t)comm->params.timeout_ms * 1000000LL;
+    const uint64_t seq = mine && ring__get32(mine) != 0 && comm->stuck_at[timed_out] > recent ? ring__desc_seq(mine)
+                                                                                              : UINT64_MAX;
     for (int q = 0; seq != UINT64_MAX && q < n; q++) {
         const unsigned char *d = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
         if (q == timed_out) continue;
@@ -548,12 +554,17 @@ ring_result_t ring__watch_open(ring_comm_t *comm)
 {
     if (comm->nranks < 2 || comm->watch_left) return RING_OK;
     comm->watch_left = calloc((size_t)comm->nranks, sizeof *comm->watch_left);
-    if (comm->rank == 0) comm->stuck_desc = calloc((size_t)comm->nranks, RING__DESC_LEN);
-    if (!comm->watch_left || (comm->rank == 0 && !comm->stuck_desc)) {
+    if (comm->rank == 0) {
+        comm->stuck_desc = calloc((size_t)comm->nranks, RING__DESC_LEN);
+        comm->stuck_at = calloc((size_t)comm->nranks, sizeof *comm->stuck_at);
+    }
+    if (!comm->watch_left || (comm->rank == 0 && (!comm->stuck_desc || !comm->stuck_at))) {
         free(comm->watch_left);
         comm->watch_left = NULL;
         free(comm->stuck_desc);
         comm->stuck_desc = NULL;
+        free(comm->stuck_at);
+        comm->stuck_at = NULL;
         return ring__seterr(comm, RING_ERR_NOMEM, "out of memory");
     }
     return RING_OK;
@@ -616,6 +627,8 @@ void ring__watch_stop(ring_comm_t *comm)
     pthread_mutex_lock(&comm->star_mu);
     free(comm->stuck_desc);
     comm->stuck_desc = NULL;
+    free(comm->stuck_at);
+    comm->stuck_at = NULL;
     pthread_mutex_unlock(&comm->star_mu);
     watch_mem_free(comm->watch_mem);
     comm->watch_mem = NULL;

@@ -834,8 +834,9 @@ static ring_result_t listen_pump(tcp_listen *l)
         p->fd = fd;
         p->from = from;
         /* Strangers are bounded by the table (the oldest goes when it is full), so a rank's own
-         * handshake may take as long as init may: over a lossy link its retransmissions took
-         * longer than 10 s, and init failed on every rank (2 of 7 runs at 20% loss). */
+         * handshake may take as long as RING_TIMEOUT_MS (the init deadline, and the longest
+         * wait without progress after it): over a lossy link its retransmissions took longer
+         * than 10 s, and init failed on every rank (2 of 7 runs at 20% loss). */
         p->deadline = now + RING__MAX(HS_TIMEOUT_NS, (int64_t)comm->params.timeout_ms * 1000000LL);
         p->seq = l->accepted++;
         if (settle_pending(l, l->npend - 1, now, &rc) < 0) return rc;
