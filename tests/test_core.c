@@ -106,7 +106,8 @@ static void stuck_root_init(stuck_root *t)
     t->comm.watch_left = t->left;
     t->comm.peers = t->peers;
     t->comm.stuck_desc = calloc(4, RING__DESC_LEN);
-    cr_assert(t->comm.stuck_desc);
+    t->comm.stuck_at = calloc(4, sizeof *t->comm.stuck_at);
+    cr_assert(t->comm.stuck_desc && t->comm.stuck_at);
     pthread_mutex_init(&t->comm.star_mu, NULL);
     pthread_mutex_init(&t->comm.err_mu, NULL);
 }
@@ -114,6 +115,7 @@ static void stuck_root_init(stuck_root *t)
 static void stuck_root_fini(stuck_root *t)
 {
     free(t->comm.stuck_desc);
+    free(t->comm.stuck_at);
     pthread_mutex_destroy(&t->comm.star_mu);
     pthread_mutex_destroy(&t->comm.err_mu);
 }

@@ -279,7 +279,7 @@ int ring__watch_stuck_at_root(ring_comm_t *comm, int r, const unsigned char *des
         return 0;
     }
     memcpy(comm->stuck_desc + (size_t)r * RING__DESC_LEN, desc, RING__DESC_LEN);
-    comm->stuck_at[r] = ring__now_ns();
+    if (comm->stuck_at) comm->stuck_at[r] = ring__now_ns();
     for (int q = 0; q < comm->nranks && !bad; q++) {
         const unsigned char *o = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
         /* Only the same call: another sequence number is a rank a call ahead or behind. */
@@ -307,7 +307,7 @@ void ring__watch_stuck_hint(ring_comm_t *comm, int timed_out, char *text, size_t
      * shared-memory all-reduce and device buffers do not report), so nothing can be said. */
     const unsigned char *mine = comm->stuck_desc ? comm->stuck_desc + (size_t)timed_out * RING__DESC_LEN : NULL;
     const int64_t recent = ring__now_ns() - (int64_t)comm->params.timeout_ms * 1000000LL;
-    const uint64_t seq = mine && ring__get32(mine) != 0 && comm->stuck_at[timed_out] > recent ? ring__desc_seq(mine)
+    const uint64_t seq = mine && comm->stuck_at && ring__get32(mine) != 0 && comm->stuck_at[timed_out] > recent ? ring__desc_seq(mine)
                                                                                               : UINT64_MAX;
     for (int q = 0; seq != UINT64_MAX && q < n; q++) {
         const unsigned char *d = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
