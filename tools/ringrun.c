@@ -778,6 +778,14 @@ static double next_timer(void)
     return next;
 }
 
+/* SIGTERM to the job, and SIGKILL KILL_GRACE_S later unless a kill is already set. */
+static void terminate_job(double now)
+{
+    signal_job(SIGTERM, false);
+    if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
+    if (!t_kill) t_kill = now + KILL_GRACE_S;
+}
+
 static void check_timers(double now)
 {
     if (t_timeout && now >= t_timeout) {
@@ -787,18 +795,12 @@ static void check_timers(double now)
         if (nrunning > 0 && (cause == C_NONE || cause == C_SIGNAL)) {
             if (cause == C_NONE) cause = C_TIMEOUT;
             note("timeout after %g s; terminating %d running rank%s", timeout_s, nrunning, nrunning == 1 ? "" : "s");
-            signal_job(SIGTERM, false);
-            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
-            if (!t_kill) t_kill = now + KILL_GRACE_S;
+            terminate_job(now);
         }
     }
     if (t_term && now >= t_term) {
         t_term = 0;
-        if (nrunning > 0 && !t_kill) {
-            signal_job(SIGTERM, false);
-            if (orphan_sig != SIGKILL) orphan_sig = SIGTERM;
-            t_kill = now + KILL_GRACE_S;
-        }
+        if (nrunning > 0 && !t_kill) terminate_job(now);
     }
     if (t_kill && now >= t_kill) {
         t_kill = 0;

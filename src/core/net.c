@@ -146,10 +146,9 @@ static int bindable(const struct sockaddr *sa)
 {
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return 1; /* cannot tell: let the listener's bind report it */
-    ring__sockaddr_t a = {.len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)};
-    memcpy(&a.ss, sa, a.len);
-    ring__addr_set_port(&a, 0);
-    int ok = bind(fd, (const struct sockaddr *)&a.ss, a.len) == 0 || errno != EADDRNOTAVAIL;
+    /* getifaddrs' addresses have port 0: any free port. */
+    socklen_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    int ok = bind(fd, sa, len) == 0 || errno != EADDRNOTAVAIL;
     close(fd);
     return ok;
 }

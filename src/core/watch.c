@@ -307,8 +307,8 @@ void ring__watch_stuck_hint(ring_comm_t *comm, int timed_out, char *text, size_t
      * shared-memory all-reduce and device buffers do not report), so nothing can be said. */
     const unsigned char *mine = comm->stuck_desc ? comm->stuck_desc + (size_t)timed_out * RING__DESC_LEN : NULL;
     const int64_t recent = ring__now_ns() - (int64_t)comm->params.timeout_ms * 1000000LL;
-    const uint64_t seq = mine && comm->stuck_at && ring__get32(mine) != 0 && comm->stuck_at[timed_out] > recent ? ring__desc_seq(mine)
-                                                                                              : UINT64_MAX;
+    const int fresh = mine && comm->stuck_at && ring__get32(mine) != 0 && comm->stuck_at[timed_out] > recent;
+    const uint64_t seq = fresh ? ring__desc_seq(mine) : UINT64_MAX;
     for (int q = 0; seq != UINT64_MAX && q < n; q++) {
         const unsigned char *d = comm->stuck_desc + (size_t)q * RING__DESC_LEN;
         if (q == timed_out) continue;
