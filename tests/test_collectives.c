@@ -827,6 +827,19 @@ Test(collectives, tcp_settings_that_differ_fail_init_on_every_rank, .timeout = 1
     run_initfail_job(&job, "RING_NSOCKS differs between ranks");
 }
 
+/* A rank whose data address is a loopback one, in a job that spans machines: its peers on the
+ * other machine could only retry that address until the timeout. Rank 1 of 3 says it runs on
+ * another machine (RING_TEST_KERNEL: another boot id); every rank's address is 127.0.0.1 (the
+ * route to the root), so every rank must fail init at once, naming the loopback address. On
+ * one machine (the other tests of this file) the same addresses are fine. */
+Test(collectives, a_loopback_data_address_in_a_job_across_machines_fails_init_on_every_rank, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TRANSPORT=tcp", NULL};
+    static const char *const odd[] = {"RING_TEST_KERNEL=another machine", NULL};
+    job_t job = {.nranks = 3, .seed = seed_for(0x10b1), .env = env, .env_odd = odd};
+    run_initfail_job(&job, "has the loopback data address 127.0.0.1:");
+}
+
 /* ---- mismatched counts across the algorithm thresholds ---- */
 
 /*

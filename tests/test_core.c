@@ -1798,6 +1798,29 @@ Test(net, socket_ifname_prefers_routable_usable_addresses)
     cr_assert_null(ring__ifaddr_pick(&pick_if[5], "eth7", AF_INET, NULL));
 }
 
+/* An exclude list that does not name lo ("^docker") matches it, and getifaddrs lists it first:
+ * taken, it gave a data address no other host reaches. Loopback comes last, and only a filter
+ * that leaves nothing else takes it. */
+Test(net, socket_ifname_takes_loopback_only_when_nothing_else_matches)
+{
+    char b[64];
+    /* getifaddrs' order: lo, eth0, docker0 (the list runs from index 2 down to 0). */
+    pick_add(0, "docker0", AF_INET, "172.17.0.1");
+    pick_add(1, "eth0", AF_INET, "10.20.0.3");
+    pick_add(2, "lo", AF_INET, "127.0.0.1");
+    pick_if[2].ifa_flags |= IFF_LOOPBACK;
+    const struct ifaddrs *i = ring__ifaddr_pick(&pick_if[2], "^docker", AF_INET, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "10.20.0.3", "^docker: %s", pick_ip(i, b, sizeof b));
+    i = ring__ifaddr_pick(&pick_if[2], "^docker,eth", AF_INET, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "127.0.0.1", "^docker,eth: %s", pick_ip(i, b, sizeof b));
+    i = ring__ifaddr_pick(&pick_if[2], "lo", AF_INET, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "127.0.0.1");
+    /* Before an IPv6 link-local address of another interface too: that one reaches the link. */
+    pick_add(3, "eth5", AF_INET6, "fe80::5");
+    i = ring__ifaddr_pick(&pick_if[3], "^docker,eth0", AF_INET, NULL);
+    cr_assert_str_eq(pick_ip(i, b, sizeof b), "fe80::5", "^docker,eth0: %s", pick_ip(i, b, sizeof b));
+}
+
 /* A peer's link-local address carries its own host's interface number: connected as it came,
  * it failed with "Network is unreachable" wherever the hosts number their interfaces
  * differently. It takes this rank's zone when this rank's data address is link-local too. */

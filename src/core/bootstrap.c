@@ -93,6 +93,24 @@ int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long onl
     return bound == mates || free_ == mates;
 }
 
+int ring__loopback_far(const ring__peer_info_t *peers, int n, int *far)
+{
+    for (int lo = 0; lo < n; lo++) {
+        ring__sockaddr_t a;
+        if (!peers[lo].kernel || peers[lo].addr.len > sizeof a.ss) continue;
+        memset(&a, 0, sizeof a);
+        memcpy(&a.ss, peers[lo].addr.data, peers[lo].addr.len);
+        a.len = peers[lo].addr.len;
+        if (!ring__addr_is_loopback(&a)) continue;
+        for (int q = 0; q < n; q++)
+            if (peers[q].kernel && peers[q].kernel != peers[lo].kernel) {
+                *far = q;
+                return lo;
+            }
+    }
+    return -1;
+}
+
 #define CG_PATH 1024
 
 /* ceil(quota / period) from the files of one cgroup directory; 0: no limit there. */
@@ -377,10 +395,17 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int l
             size_t o = 0;
             for (int r = 1; r < n && o < sizeof missing - 16; r++)
                 if (bs->rank_fds[r] < 0) o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", o ? ", " : "", r);
+            /* Debian's /etc/hosts maps the machine's own name to 127.0.1.1: RING_ROOT=$(hostname)
+             * then listens where only this host's ranks can come. */
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                              "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s",
+                              "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s%s",
                               comm->params.timeout_ms, ring__addr_str(root, b, sizeof b), g.joined, n, missing,
-                              o >= sizeof missing - 16 ? ", ..." : "");
+                              o >= sizeof missing - 16 ? ", ..." : "",
+                              ring__addr_is_loopback(root)
+                                  ? " (the root listens on a loopback address, which ranks on other hosts cannot "
+                                    "reach: does RING_ROOT's host name resolve to 127.0.1.1 here, as /etc/hosts has "
+                                    "it on Debian?)"
+                                  : "");
             break;
         }
         struct pollfd fds[MAX_PENDING + 2];
@@ -494,28 +519,37 @@ fail:
     return rc;
 }
 
-static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *root,
+static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *roots, int nroots,
                               const ring__peer_info_t *mine, ring__peer_info_t *all, int64_t deadline)
 {
     ring_result_t rc = RING_OK;
     char b[80];
     int n = comm->nranks;
-    int fd = -1, last_err = 0;
+    int fd = -1, last_err = 0, tries = 0;
     unsigned char *table = NULL;
     int64_t backoff = 10 * 1000000LL;
-    /* The root may start later than we do: retry refused connections until the deadline. */
+    const ring__sockaddr_t *root = &roots[0];
+    /* The root may start later than we do: retry refused connections until the deadline, each
+     * of the root's addresses in turn. */
     while (fd < 0) {
         if (atomic_load(&comm->aborted)) {
             rc = ring__seterr(comm, RING_ERR_ABORTED, "bootstrap: aborted");
             goto fail;
         }
         if (ring__now_ns() >= deadline) {
+            char all_of[RING__ROOT_ADDRS_MAX * 56] = "";
+            size_t o = 0;
+            for (int k = 0; nroots > 1 && k < nroots && o < sizeof all_of; k++)
+                o += (size_t)snprintf(all_of + o, sizeof all_of - o, "%s%s", k ? ", " : " (tried each of its addresses: ",
+                                      ring__addr_str(&roots[k], b, sizeof b));
+            if (nroots > 1 && o < sizeof all_of) snprintf(all_of + o, sizeof all_of - o, ")");
             rc = ring__seterr_errno(comm, RING_ERR_CONNECT, last_err ? last_err : ETIMEDOUT,
-                                    "bootstrap: rank %d could not reach the root %s within %d ms (is rank 0 "
+                                    "bootstrap: rank %d could not reach the root %s within %d ms%s (is rank 0 "
                                     "running and RING_ROOT the address where it listens?)",
-                                    comm->rank, ring__addr_str(root, b, sizeof b), comm->params.timeout_ms);
+                                    comm->rank, ring__addr_str(&roots[0], b, sizeof b), comm->params.timeout_ms, all_of);
             goto fail;
         }
+        root = &roots[tries++ % nroots];
         int cfd = -1;
         int cc_err, e = ring__connect_start(root, NULL, &cfd, &cc_err);
         if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
@@ -534,6 +568,9 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
             int r = ring__connect_check(cfd);
             if (r == 1) {
                 fd = cfd;
+                if (nroots > 1)
+                    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "bootstrap: reached the root at %s (address %d of %d)",
+                             ring__addr_str(root, b, sizeof b), (int)(root - roots) + 1, nroots);
                 break;
             }
             e = r < 0 ? -r : ETIMEDOUT;
@@ -625,7 +662,7 @@ fail:
     return rc;
 }
 
-ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *root,
+ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *roots, int nroots,
                                    const ring__peer_info_t *mine, ring__peer_info_t *all,
                                    int64_t deadline_ns)
 {
@@ -635,11 +672,11 @@ ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *ro
     bs->nranks = comm->nranks;
     comm->bs = bs;
     all[comm->rank] = *mine;
-    if (comm->rank != 0) return rank_run(comm, bs, root, mine, all, deadline_ns);
+    if (comm->rank != 0) return rank_run(comm, bs, roots, nroots, mine, all, deadline_ns);
     bs->rank_fds = malloc((size_t)comm->nranks * sizeof(int));
     if (!bs->rank_fds) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
     for (int r = 0; r < comm->nranks; r++) bs->rank_fds[r] = -1;
-    return root_run(comm, bs, root, all, deadline_ns);
+    return root_run(comm, bs, &roots[0], all, deadline_ns);
 }
 
 void ring__bootstrap_close(ring__bootstrap_t *bs)

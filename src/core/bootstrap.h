@@ -71,10 +71,11 @@ typedef struct ring__bootstrap {
 
 /*
  * Join the job. `mine` is this rank's info; on success all[0..nranks-1] holds everyone's and
- * comm->job_nonce is set. Fails with a message naming the root address, and (on the root)
- * the ranks that never arrived. Bounded by deadline_ns; comm->wake_fd aborts it.
+ * comm->job_nonce is set. Rank 0 listens on roots[0]; the others try roots[0..nroots-1] in
+ * turn. Fails with a message naming the root address, and (on the root) the ranks that never
+ * arrived. Bounded by deadline_ns; comm->wake_fd aborts it.
  */
-ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *root,
+ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *roots, int nroots,
                                    const ring__peer_info_t *mine, ring__peer_info_t *all,
                                    int64_t deadline_ns);
 void ring__bootstrap_close(ring__bootstrap_t *bs);
@@ -89,6 +90,15 @@ void ring__host_identity(ring__peer_info_t *info);
  * (the kernel spreads them). Anything else (bound to shared CPUs, unknown) yields.
  */
 int ring__spin_busy_pick(const ring__peer_info_t *peers, int n, int me, long online);
+
+/*
+ * A rank whose data address is a loopback one (RING_SOCKET_IFNAME selected only lo, or its
+ * route to the root runs over lo) in a job that spans machines (another rank's kernel differs):
+ * the other machine's ranks can never connect to it. Returns that rank and puts such a rank of
+ * another machine in *far; -1 when there is none. Ranks of one kernel (one machine, its
+ * containers and network namespaces) are never flagged: loopback may be all they need.
+ */
+int ring__loopback_far(const ring__peer_info_t *peers, int n, int *far);
 
 /*
  * The CPU limit of this process's cgroup and its ancestors (a container's or a Kubernetes

@@ -519,13 +519,26 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
 {
     ring_result_t rc;
     const ring__transport_t *tp = &ring__tcp_transport;
-    ring__sockaddr_t root, local;
+    ring__sockaddr_t roots[RING__ROOT_ADDRS_MAX], local;
     ring__peer_info_t mine;
     char ifname[64], b[80], b2[80];
     int64_t deadline = ring__now_ns() + (int64_t)comm->params.timeout_ms * 1000000LL;
-    int n = comm->nranks;
+    int n = comm->nranks, nroots = 0;
 
-    RING_CHECK(ring__addr_resolve(comm, root_addr, &root));
+    RING_CHECK(ring__addr_resolve_all(comm, root_addr, roots, RING__ROOT_ADDRS_MAX, &nroots));
+    {
+        /* A name may stand for several addresses, and this host may not be able to use the
+         * first: the root listens on the first it can bind, the others start from the first
+         * they have a route to (and the bootstrap tries them all). That one leads the list. */
+        int pick = 0;
+        while (pick < nroots && !(comm->rank == 0 ? ring__addr_bindable(&roots[pick]) : ring__addr_routable(&roots[pick])))
+            pick++;
+        if (pick == nroots) pick = 0; /* the listen or the connect says what is wrong with it */
+        ring__sockaddr_t first = roots[pick];
+        memmove(&roots[1], &roots[0], (size_t)pick * sizeof *roots);
+        roots[0] = first;
+    }
+    const ring__sockaddr_t root = roots[0];
     RING_CHECK(plan_placement(comm));
     {
         const ring__topo_plan_t *pl = comm->plan;
@@ -551,6 +564,15 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
          * share a kernel (so a boot id) and a host name but not their shared memory. */
         snprintf(mine.host, sizeof mine.host, "%s", comm->params.host_id);
         snprintf(mine.bootid, sizeof mine.bootid, "RING_HOST_ID");
+    }
+    {
+        /* Tests: a rank that says it runs on another machine (its kernel's boot id). */
+        const char *k = getenv("RING_TEST_KERNEL");
+        if (k && *k) {
+            uint32_t h = 2166136261u;
+            for (; *k; k++) h = (h ^ (uint8_t)*k) * 16777619u;
+            mine.kernel = h | 1u;
+        }
     }
 #if RING_HAVE_RDMA
     if (comm->params.transport == RING__TP_AUTO || comm->params.transport == RING__TP_RDMA) {
@@ -604,7 +626,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
-    RING_CHECK(ring__bootstrap_init(comm, &root, &mine, comm->peers, deadline));
+    RING_CHECK(ring__bootstrap_init(comm, roots, comm->rank == 0 ? 1 : nroots, &mine, comm->peers, deadline));
     RING_CHECK(ring__watch_open(comm));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */
@@ -631,6 +653,23 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                                   !ours && shared[k].zero ? shared[k].zero : o, shared[k].name);
                 goto fail;
             }
+        }
+    }
+
+    {
+        /* Its peers on other machines would retry its address until the timeout. */
+        int far, lo = ring__loopback_far(comm->peers, n, &far);
+        if (lo >= 0) {
+            const ring__peer_info_t *p = &comm->peers[lo];
+            ring__sockaddr_t la;
+            memcpy(&la.ss, p->addr.data, p->addr.len);
+            la.len = p->addr.len;
+            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                              "rank %d (%s, pid %u) has the loopback data address %s, which rank %d on another machine "
+                              "(%s) cannot reach: on rank %d, RING_SOCKET_IFNAME selects only the loopback interface, or "
+                              "the route to the root runs over it; name the interface of the network between the hosts",
+                              lo, p->host, p->pid, ring__addr_str(&la, b, sizeof b), far, comm->peers[far].host, lo);
+            goto fail;
         }
     }
 

@@ -16,9 +16,10 @@
 #include "net.h"
 #include "param.h"
 
-ring_result_t ring__addr_resolve(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out)
+ring_result_t ring__addr_resolve_all(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out, int max, int *n)
 {
     char host[256], port[16];
+    *n = 0;
     if (ring__parse_hostport(hostport, host, sizeof host, port, sizeof port) != 0)
         return ring__seterr(comm, RING_ERR_INVALID_ARG,
                             "bad address \"%s\": expected host:port or [ipv6]:port", hostport ? hostport : "(null)");
@@ -28,11 +29,28 @@ ring_result_t ring__addr_resolve(ring_comm_t *comm, const char *hostport, ring__
     int e = getaddrinfo(host, port, &hints, &res);
     if (e != 0 || !res)
         return ring__seterr(comm, RING_ERR_CONNECT, "cannot resolve \"%s\": %s", hostport, gai_strerror(e));
-    memset(out, 0, sizeof *out);
-    memcpy(&out->ss, res->ai_addr, res->ai_addrlen);
-    out->len = res->ai_addrlen;
+    /* getaddrinfo's order (RFC 6724's preferences, /etc/gai.conf), without repeats: /etc/hosts
+     * often lists one address on two lines. */
+    for (const struct addrinfo *r = res; r && *n < max; r = r->ai_next) {
+        if (r->ai_addrlen > sizeof out[0].ss) continue;
+        int seen = 0;
+        for (int k = 0; k < *n && !seen; k++)
+            seen = out[k].len == r->ai_addrlen && !memcmp(&out[k].ss, r->ai_addr, r->ai_addrlen);
+        if (seen) continue;
+        memset(&out[*n], 0, sizeof out[*n]);
+        memcpy(&out[*n].ss, r->ai_addr, r->ai_addrlen);
+        out[*n].len = r->ai_addrlen;
+        (*n)++;
+    }
     freeaddrinfo(res);
+    if (*n == 0) return ring__seterr(comm, RING_ERR_CONNECT, "cannot resolve \"%s\": no usable address", hostport);
     return RING_OK;
+}
+
+ring_result_t ring__addr_resolve(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out)
+{
+    int n;
+    return ring__addr_resolve_all(comm, hostport, out, 1, &n);
 }
 
 const char *ring__addr_str(const ring__sockaddr_t *a, char *buf, size_t len)
@@ -117,14 +135,17 @@ const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *
 {
     /* 0: the root's family; 1: the other; 2 and 3: the same with IPv6 link-local addresses,
      * whose zone (the interface number) means another interface, or none, on the peers'
-     * hosts; the kernel adds one to every interface, IPv4-only ones included. */
-    for (int pass = 0; pass < 4; pass++)
+     * hosts; the kernel adds one to every interface, IPv4-only ones included. 4 and 5: the
+     * loopback interface, which only this host reaches: an exclude list that does not name it
+     * ("^docker") matches it, and getifaddrs lists it first. */
+    for (int pass = 0; pass < 6; pass++)
         for (const struct ifaddrs *i = list; i; i = i->ifa_next) {
             if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
             int fam = i->ifa_addr->sa_family;
             if (fam != AF_INET && fam != AF_INET6) continue;
             if ((pass % 2 == 0) != (fam == family)) continue;
-            if ((pass >= 2) != link_local6(i->ifa_addr)) continue;
+            int tier = i->ifa_flags & IFF_LOOPBACK ? 2 : link_local6(i->ifa_addr) ? 1 : 0;
+            if (pass / 2 != tier) continue;
             if (!ring__name_match(ifname, i->ifa_name, 0)) continue;
             if (usable && !usable(i->ifa_addr)) continue;
             return i;
@@ -149,6 +170,28 @@ static int bindable(const struct sockaddr *sa)
     /* getifaddrs' addresses have port 0: any free port. */
     socklen_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     int ok = bind(fd, sa, len) == 0 || errno != EADDRNOTAVAIL;
+    close(fd);
+    return ok;
+}
+
+int ring__addr_bindable(const ring__sockaddr_t *a)
+{
+    ring__sockaddr_t any = *a;
+    ring__addr_set_port(&any, 0);
+    /* A family this kernel lacks (IPv6 turned off) is as unusable as a foreign address. */
+    int fd = socket(any.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno != EAFNOSUPPORT;
+    int ok = bind(fd, (const struct sockaddr *)&any.ss, any.len) == 0 || errno != EADDRNOTAVAIL;
+    close(fd);
+    return ok;
+}
+
+int ring__addr_routable(const ring__sockaddr_t *a)
+{
+    int fd = socket(a->ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    /* A UDP connect only looks the route up: no packet leaves. */
+    int ok = connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0;
     close(fd);
     return ok;
 }
@@ -185,14 +228,19 @@ ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring
                                         ring__addr_str(toward, b, sizeof b));
             close(fd);
         }
-        /* Name the interface that holds this address, for the log. */
+        /* Name the interface that holds this address, for the log. A root written as
+         * [::ffff:a.b.c.d] gives an IPv4-mapped address, which interfaces list as plain IPv4. */
+        int fam = out->ss.ss_family;
+        const void *want = fam == AF_INET ? (const void *)&((struct sockaddr_in *)&out->ss)->sin_addr
+                                          : (const void *)&((struct sockaddr_in6 *)&out->ss)->sin6_addr;
+        if (fam == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)want)) {
+            fam = AF_INET;
+            want = (const unsigned char *)want + 12;
+        }
         for (struct ifaddrs *i = ifa; rc == RING_OK && i; i = i->ifa_next) {
-            if (!i->ifa_addr || i->ifa_addr->sa_family != out->ss.ss_family) continue;
-            int same = out->ss.ss_family == AF_INET
-                           ? !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr,
-                                     &((struct sockaddr_in *)&out->ss)->sin_addr, sizeof(struct in_addr))
-                           : !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-                                     &((struct sockaddr_in6 *)&out->ss)->sin6_addr, sizeof(struct in6_addr));
+            if (!i->ifa_addr || i->ifa_addr->sa_family != fam) continue;
+            int same = fam == AF_INET ? !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, want, sizeof(struct in_addr))
+                                      : !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, want, sizeof(struct in6_addr));
             if (same) {
                 snprintf(ifout, ifoutlen, "%s", i->ifa_name);
                 break;

@@ -15,6 +15,11 @@ typedef struct ring__sockaddr {
 
 /* Resolve "host:port" (getaddrinfo, first stream address). */
 ring_result_t ring__addr_resolve(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out);
+/* All its stream addresses, up to max, in getaddrinfo's order without repeats: a name can
+ * stand for an address this host cannot use (an IPv6 one without a route, an IPv4 one of
+ * another network) ahead of the one that works. */
+ring_result_t ring__addr_resolve_all(ring_comm_t *comm, const char *hostport, ring__sockaddr_t *out, int max, int *n);
+#define RING__ROOT_ADDRS_MAX 8
 /* "ip:port" or "[ip6]:port" for logs and messages. */
 const char *ring__addr_str(const ring__sockaddr_t *a, char *buf, size_t len);
 int ring__addr_port(const ring__sockaddr_t *a);
@@ -29,7 +34,8 @@ struct ifaddrs;
 struct sockaddr;
 /* The address RING_SOCKET_IFNAME (ifname) gives, from getifaddrs' list: of an interface that is
  * up and matches, in the root's family, else the other, IPv6 link-local only where nothing else
- * is, and usable(addr) (NULL: any). */
+ * is, the loopback interface only where no other interface matches, and usable(addr) (NULL:
+ * any). */
 const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *ifname, int family,
                                         int (*usable)(const struct sockaddr *));
 
@@ -41,6 +47,12 @@ const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *
  */
 ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring__sockaddr_t *toward,
                                ring__sockaddr_t *out, char *ifout, size_t ifoutlen);
+
+/* Could this host listen on a's address (bind it, port aside)? 1 also when it cannot tell,
+ * but 0 for a family the kernel lacks. */
+int ring__addr_bindable(const ring__sockaddr_t *a);
+/* Has this host a route to a? (the lookup a connect makes; nothing is sent) */
+int ring__addr_routable(const ring__sockaddr_t *a);
 
 /* Non-blocking listening socket. port_lo..port_hi (0,0 = the address's port as given). */
 ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,

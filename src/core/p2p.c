@@ -209,10 +209,25 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
                 if (!done[i] && (i < nto ? to[i] : from[i - nto]) != comm->rank) p = i < nto ? to[i] : from[i - nto], send = i < nto;
             void *c = send ? comm->conn_send[p] : comm->conn_recv[p];
             ring__peer_desc(comm, p, d, sizeof d);
+            /* Ranks of one machine in different network namespaces: each has its own loopback,
+             * which init's cross-machine check (comm.c) cannot tell apart. */
+            ring__sockaddr_t pa;
+            memset(&pa, 0, sizeof pa);
+            memcpy(&pa.ss, comm->peers[p].addr.data, RING__MIN(comm->peers[p].addr.len, sizeof pa.ss));
+            pa.len = comm->peers[p].addr.len;
+            ring__sockaddr_t ma = {.len = comm->data_addr_len};
+            memcpy(&ma.ss, &comm->data_addr, sizeof ma.ss);
+            int peer_lo = ring__addr_is_loopback(&pa), mine_lo = ring__addr_is_loopback(&ma);
+            char lo[200] = "";
+            if (!c && peer_lo != mine_lo)
+                snprintf(lo, sizeof lo,
+                         " (%s data address is a loopback one, which only %s network namespace reaches: set "
+                         "RING_SOCKET_IFNAME%s)",
+                         peer_lo ? "its" : "this rank's", peer_lo ? "its own" : "this", peer_lo ? " on that rank" : "");
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                              "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s%s",
+                              "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s%s%s",
                               comm->params.timeout_ms, missing, send ? "connection to" : "connection from", d,
-                              c ? " (stuck in the shared-memory or verbs handshake)" : "");
+                              c ? " (stuck in the shared-memory or verbs handshake)" : "", lo);
             goto fail;
         }
         struct pollfd fds[MAX_FDS];
