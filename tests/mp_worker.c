@@ -1699,6 +1699,43 @@ static int env_int(const char *name)
     return *end || v < 0 || v > 1 << 20 ? -1 : (int)v;
 }
 
+/* ---- relaywait: rank 0's next call waits for the relay of a failure it recorded ---- */
+
+/*
+ * The last rank leaves without a word after a barrier (its sockets close: a death). Rank 0
+ * records that, and its relay to the others is held (the harness sets
+ * RING_TEST_RELAY_HOLD_MS); 100 ms later, while the relay is still held, rank 0 starts a new
+ * call, which must fail only after the relay went out, and exits at once, as a program that
+ * gives up at its first error does. The other ranks look 1.5 s later: their error must name
+ * the last rank, not rank 0, whose exit they would see first had its call returned at once.
+ * err.<rank> as write_err; every rank but the last writes one.
+ */
+static int scenario_relaywait(uint64_t seed)
+{
+    (void)seed;
+    ring_comm_t *comm = init_comm_env();
+    ring_result_t rc = ring_barrier(comm);
+    if (rc != RING_OK) {
+        wlog("the first barrier failed: %s: %s", ring_result_name(rc), ring_comm_last_error(comm));
+        return EXIT_CHECK;
+    }
+    if (g_rank == g_nranks - 1) {
+        write_checked(1);
+        _exit(0);
+    }
+    sleep_us(g_rank == 0 ? 100000 : 1500000);
+    rc = ring_barrier(comm);
+    write_err(mono_ns(), rc, rc == RING_OK ? "" : ring_comm_last_error(comm));
+    write_checked(1);
+    if (rc == RING_OK) {
+        wlog("the barrier after rank %d left succeeded", g_nranks - 1);
+        return EXIT_CHECK;
+    }
+    if (g_rank == 0) exit(0);
+    ring_comm_destroy(comm);
+    return 0;
+}
+
 /* ---- initfail: ring_comm_init_env must fail (a configuration that cannot work) ---- */
 
 /* Every rank must get an error, not a hang; it leaves err.<rank> = "<code> <message>" for the
@@ -1767,7 +1804,7 @@ static int scenario_mismatch(uint64_t seed)
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch [seed]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch|relaywait [seed]\n", argv[0]);
         return EXIT_SETUP;
     }
     g_scenario = argv[1];
@@ -1786,7 +1823,7 @@ int main(int argc, char **argv)
         {"matrix", scenario_matrix},   {"float_random", scenario_float_random}, {"special", scenario_special}, {"threads", scenario_threads},
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
-        {"mismatch", scenario_mismatch},
+        {"mismatch", scenario_mismatch}, {"relaywait", scenario_relaywait},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

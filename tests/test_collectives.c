@@ -713,6 +713,35 @@ Test(faults, rank_0_relays_a_death_before_its_own_call_returns, .timeout = 300)
                     trial % 2 ? env_exit : env_abort, bound_ns);
 }
 
+/* The failing-call side of the same rule, which the random trials above seldom reach: a call
+ * that rank 0 starts after it recorded a death, while the relay is still held, returns only
+ * once the relay went out (mp_worker scenario relaywait: rank 0 exits as soon as that call
+ * returns). The other ranks must name the rank that died, not rank 0. */
+Test(faults, rank_0s_next_call_after_a_death_waits_for_the_relay, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TEST_RELAY_HOLD_MS=300", NULL};
+    for (int n = 3; n <= 4; n++) {
+        job_t job = {.scenario = "relaywait", .nranks = n, .seed = seed_for(0x1e1a + (uint64_t)n), .env = env,
+                     .deadline_s = 60};
+        job_result_t res;
+        long checked[MAX_RANKS];
+        run_job(&job, &res, checked);
+        char want[32], bad[32];
+        snprintf(want, sizeof want, "rank %d (", n - 1);
+        snprintf(bad, sizeof bad, "rank 0 (");
+        for (int r = 1; r < n - 1; r++) {
+            char name[32], buf[1500] = "";
+            snprintf(name, sizeof name, "err.%d", r);
+            int have = read_outfile(res.outdir, name, buf, sizeof buf);
+            int ok = have && strstr(buf, want) && !strstr(buf, bad);
+            if (!ok) remove_outdir(res.outdir);
+            cr_assert(have, "N=%d: rank %d left no error", n, r);
+            cr_assert(ok, "N=%d: rank %d's error does not name rank %d alone: %s", n, r, n - 1, buf);
+        }
+        remove_outdir(res.outdir);
+    }
+}
+
 Test(collectives, threads_n3, .timeout = 180)
 {
     job_t job = {.scenario = "threads", .nranks = 3, .seed = seed_for(0x7403), .deadline_s = 120, .second_root = 1};
