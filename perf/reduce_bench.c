@@ -49,15 +49,20 @@ static int parse_size(const char *s, size_t *out)
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s) return -1;
+    int sh = 0;
     switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
+    case 'k': case 'K': sh = 10; end++; break;
+    case 'm': case 'M': sh = 20; end++; break;
+    case 'g': case 'G': sh = 30; end++; break;
     default: break;
     }
+    /* Shifted past 64 bits, 17179869185G would read as 1 GiB. */
+    if (v > (SIZE_MAX >> sh)) return -1;
+    v <<= sh;
     if (*end == 'i' || *end == 'I') end++; /* accept KiB/MiB spellings too */
     if (*end == 'b' || *end == 'B') end++;
-    if (*end || v == 0) return -1;
+    /* At least one element of the widest type (8 bytes): below, some rows would divide by 0. */
+    if (*end || v < 8) return -1;
     *out = (size_t)v;
     return 0;
 }
@@ -83,7 +88,7 @@ static void fill(void *buf, size_t count, ring_dtype_t t, int salt)
 
 static void usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s [-s SIZE[K|M|G]] [-n ITERS]\n", argv0);
+    fprintf(stderr, "usage: %s [-s SIZE[K|M|G], at least 8] [-n ITERS]\n", argv0);
     exit(2);
 }
 

@@ -844,8 +844,10 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
             ring = b == PC_ALGO_RING || b == PC_ALGO_SM;
             rd = b == PC_ALGO_RD;
         } else if (o->coll == PC_COLL_BROADCAST) {
-            tree = p->algo != RING__ALGO_RING && (p->algo == RING__ALGO_RD || g_comm->nranks >= 4);
-            ring = p->algo != RING__ALGO_RD;
+            /* The library's own choice at the smallest and the largest size: RING_ALGO=rh takes
+             * the tree as rd does, sm the ring (the header named the other model for both). */
+            tree = lib_algo(o->coll, 0) == PC_ALGO_TREE;
+            ring = lib_algo(o->coll, SIZE_MAX) == PC_ALGO_RING;
         }
         const char *sm_why;
         const size_t sm_max = ring__sm_max_bytes(g_comm, &sm_why);

@@ -5,7 +5,8 @@
 #       4 ranks, --json, -A both: stdout must be one JSON object with the metadata and a row per
 #       size and algorithm, all checked and correct (python3 parses it; skipped without python3);
 #       with -c 0, "ok" and "wrong_total" null and the footer "not checked"; a range of sizes
-#       that holds no element per rank exits 2 saying so, and never says ok.
+#       that holds no element per rank exits 2 saying so, and never says ok; the broadcast's
+#       header names the models of what RING_ALGO=rh, sm and auto run.
 #   perf_output.sh faults RINGRUN RING_PERF_FAULTY
 #       ring_perf linked with faulty collectives (perf_fault.c): each fault (the const send
 #       buffer written, a write past the end of a buffer, a wrong element) exits 1 and says what
@@ -61,6 +62,18 @@ for r in d["rows"]:
     assert r["wrong"] == 0 and r["time_us"] > 0 and r["model_us"] > 0 and r["eff"] > 0, r
 print("json ok:", len(d["rows"]), "rows, alpha", d["alpha_us"], "us, link", d["link_GBps"], "GB/s")
 '
+    # The broadcast's header names the model of what the library runs: the tree for
+    # RING_ALGO=rh (it named the ring), the ring for RING_ALGO=sm (it named both).
+    for want in "rh 3 tree" "sm 4 ring" "auto 4 ring tree"; do
+        read -r algo n models <<<"$want"
+        got=$(RING_ALGO=$algo "$ringrun" -n "$n" --no-prefix --timeout 120 "$perf" -C broadcast -b 1K -e 4K -n 2 -w 1 \
+                  --alpha-us 10 --link-gbps 10 | sed -n 's/^# model (\([a-z]*\)).*/\1/p' | tr '\n' ' ')
+        if [[ $got != "${models} " ]]; then
+            echo "FAIL: broadcast, RING_ALGO=$algo, $n ranks: header models '$got', want '$models '" >&2
+            exit 1
+        fi
+        echo "ok: broadcast header, RING_ALGO=$algo, $n ranks: model(s) $models"
+    done
     # -c 0: nothing compared, so nothing may read as OK.
     NC=(-b 4 -e 64 -f 4 -n 2 -w 1 -c 0 --no-probe)
     "$ringrun" -n 2 --no-prefix --timeout 120 "$perf" --json "${NC[@]}" 2>/dev/null | python3 -c '

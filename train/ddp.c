@@ -252,8 +252,9 @@ ring_result_t rt_ddp_create(rt_ddp **out, ring_comm_t *comm, const rt_params *p,
         if ((rc = rt_ddp_options_init(&def)) != RING_OK) return rc;
         o = &def;
     }
-    if (!(o->bucket_mb > 0) || !(o->first_bucket_mb > 0))
-        return rt__fail(RING_ERR_INVALID_ARG, "rt_ddp_create: bucket sizes must be > 0 MiB");
+    /* The bound of RING_DDP_BUCKET_MB: far above it the byte caps no longer fit a size_t. */
+    if (!(o->bucket_mb > 0) || !(o->first_bucket_mb > 0) || o->bucket_mb > 1e6 || o->first_bucket_mb > 1e6)
+        return rt__fail(RING_ERR_INVALID_ARG, "rt_ddp_create: bucket sizes must be in (0, 1e6] MiB");
     for (size_t i = 0; i < p->n; i++)
         if (!p->t[i] || !p->t[i]->leaf || !p->t[i]->grad)
             return rt__fail(RING_ERR_INVALID_ARG, "rt_ddp_create: parameter %zu is not a leaf that requires grad", i);

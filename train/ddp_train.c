@@ -129,7 +129,8 @@ static void usage(FILE *f)
           "  --out PREFIX      output files PREFIX-TASK-MODE.{csv,gp,png} (default ddp_train)\n"
           "  --no-plot         write the CSV only\n"
           "  --check-replicas  compare a hash of the parameters of all ranks after every step\n"
-          "  --straggler R:MS  rank R sleeps MS milliseconds every step (to see who waits)\n"
+          "  --straggler R:MS  rank R sleeps MS milliseconds every step (to see who waits); in ps-async\n"
+          "                    rank 0, the server, sleeps MS milliseconds after each update it applies\n"
           "  --loss-below X    exit 1 unless the final loss over the whole data set is below X\n"
           "  --save FILE / --load FILE   final / initial parameters (one task only)\n"
           "  --summary FILE    rank 0 writes key-value results (for scripts and tests)\n"
@@ -255,11 +256,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->accum = (int)v;
             break;
         case O_BUCKET:
-            if (!parse_double(optarg, &v) || !(v > 0)) goto bad;
+            if (!parse_double(optarg, &v) || !(v > 0) || v > 1e6) goto bad;
             o->bucket_mb = v;
             break;
         case O_FIRST:
-            if (!parse_double(optarg, &v) || !(v > 0)) goto bad;
+            if (!parse_double(optarg, &v) || !(v > 0) || v > 1e6) goto bad;
             o->first_bucket_mb = v;
             break;
         case O_SEED:
@@ -322,11 +323,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (o->mode == MODE_PS && (o->accum != 1 || o->check_replicas)) {
         fprintf(stderr, "ddp_train: --accum and --check-replicas apply to --mode ddp only (in ps-async the server "
                         "holds the one model)\n");
-        return 0;
-    }
-    if (o->mode == MODE_PS && o->straggler_rank == 0) {
-        fprintf(stderr, "ddp_train: --straggler 0:MS: rank 0 is the parameter server in ps-async and takes no steps; "
-                        "name a worker (1 and up)\n");
         return 0;
     }
     return 1;
@@ -546,6 +542,8 @@ out:
 static ring_result_t ps_update(void *arg, int worker, const float *extra, uint64_t stale)
 {
     struct run *r = arg;
+    /* A slow server: every worker's gradient is waiting when it looks again. */
+    if (r->rank == r->o->straggler_rank) sleep_ms(r->o->straggler_ms);
     if (r->trace)
         fprintf(r->trace, "%llu %d %llu %.6f\n", (unsigned long long)r->ps_updates + 1, worker, (unsigned long long)stale,
                 now_s() - r->t_start);

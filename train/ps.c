@@ -280,9 +280,12 @@ ring_result_t rt_ps_serve(rt_ps *ps, rt_sgd *opt, uint64_t updates_per_worker, r
     while (open > 0) {
         int progressed = 0;
         /* Round-robin from where the last pass stopped, so that a busy worker cannot starve the
-         * others when several gradients are waiting. */
+         * others when several gradients are waiting. The pass keeps its origin: moved within
+         * the pass, it polled some workers twice and skipped others (a 4-rank job served
+         * worker 1 in 7 of 60 updates). */
+        const int origin = start;
         for (int k = 0; k < nw; k++) {
-            int w = 1 + (start - 1 + k) % nw;
+            int w = 1 + (origin - 1 + k) % nw;
             struct peer *pe = &ps->peers[w];
             if (!pe->req_grad) continue;
             int done = 0;
