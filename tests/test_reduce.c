@@ -635,6 +635,47 @@ Test(reduce_float, ieee_cases)
     EXPECT(RING_FLOAT64, RING_AVG, 2, D(1e308), D(1e308), D(INFINITY));
 }
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+/* The program's floating-point mode must not reach the results: a call runs on the caller's
+ * thread or on the progress thread (which keeps init's mode), so with flush-to-zero, another
+ * rounding or an unmasked exception set after init the same call gave other bits depending on
+ * the thread, or SIGFPE. Every element of 64 (the vector loops and the tail), then the mode
+ * must be the program's again. */
+Test(reduce_float, results_of_the_default_mode_whatever_the_thread_set)
+{
+#if defined(__x86_64__)
+    enum { N = 67 };
+    float a[N], b[N], d[N];
+    const float sub = 0x1p-140f, one = 1.0f, eps = 0x1.8p-24f, big = 3.0e38f;
+    /* FTZ | DAZ | round toward zero | overflow unmasked */
+    const unsigned mode = ((0x1f80u | 0x8040u | 0x6000u) & ~0x400u);
+    const struct {
+        float x, y, want;
+    } cases[] = {{sub, sub, 0x1p-139f}, {one, eps, 0x1.000002p0f}, {big, big, INFINITY}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        for (int i = 0; i < N; i++) a[i] = cases[c].x, b[i] = cases[c].y;
+        const unsigned saved = _mm_getcsr();
+        _mm_setcsr(mode);
+        ring__reduce(d, a, b, N, RING_FLOAT32, RING_SUM);
+        const unsigned after = _mm_getcsr();
+        _mm_setcsr(saved);
+        cr_assert_eq(after & ~0x3fu, mode, "the program's mode %#x came back as %#x", mode, after);
+        for (int i = 0; i < N; i++) {
+            uint32_t g, w;
+            memcpy(&g, &d[i], 4);
+            memcpy(&w, &cases[c].want, 4);
+            cr_assert_eq(g, w, "case %zu element %d: %a + %a = %a (%#x), want %a", c, i, (double)cases[c].x,
+                         (double)cases[c].y, (double)d[i], g, (double)cases[c].want);
+        }
+    }
+#else
+    cr_skip_test("x86-64 only: the mode is pinned there");
+#endif
+}
+
 /* Zero elements must not touch memory at all. */
 Test(reduce_misc, degenerate_calls_and_impl_name)
 {

@@ -18,8 +18,10 @@
  * written here in IEEE single/double precision (no reassociation; nothing of the form a*b+c
  * exists, so FMA contraction has nothing to fuse). Every clone therefore produces the same bits,
  * with one exception no ISA pins down: when both inputs of a SUM/PROD/AVG are NaN, which of
- * the two payloads survives may depend on the operand order the compiler picked. All of this
- * assumes the default floating-point environment (round to nearest); FTZ/DAZ do not break it.
+ * the two payloads survives may depend on the operand order the compiler picked, which differs
+ * between a clone's vector loop and its scalar fallback (taken where dst overlaps a source
+ * within a vector's width, and for the tail). All of this is in the default floating-point
+ * environment, which reduce() puts in place on x86-64 whatever the calling thread set.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -43,6 +45,9 @@
 #include <immintrin.h>
 #else
 #define USE_CLONES 0
+#endif
+#if defined(__x86_64__)
+#include <xmmintrin.h> /* _mm_getcsr: SSE is in every x86-64 */
 #endif
 
 /* The kernels must be inlined into each clone to be compiled for its ISA. */
@@ -382,11 +387,9 @@ half_f16c(unsigned char *d, const unsigned char *a, const unsigned char *b, size
 
 #endif
 
-static void reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
-                   ring_op_t op, int nranks)
+static void reduce_here(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
+                        ring_op_t op, int nranks)
 {
-    if (count == 0) return;
-    if (op == RING_AVG && nranks == 0) op = RING_SUM; /* not the final step */
     const int p = path();
     (void)p; /* only the generic path without the per-level copies */
 #if USE_CLONES
@@ -399,6 +402,32 @@ static void reduce(void *dst, const void *a, const void *b, size_t count, ring_d
     else
 #endif
         run_generic(dst, a, b, count, dtype, op, nranks);
+}
+
+/* MXCSR as a process starts: round to nearest, no flush-to-zero or denormals-are-zero, every
+ * exception masked (status flags, the low 6 bits, aside). */
+#define CSR_DEFAULT 0x1f80u
+
+static void reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,
+                   ring_op_t op, int nranks)
+{
+    if (count == 0) return;
+    if (op == RING_AVG && nranks == 0) op = RING_SUM; /* not the final step */
+#if defined(__x86_64__)
+    /* A call runs on the caller's thread or on the progress thread, which keeps the mode that
+     * was in force at ring_comm_init: a program that sets flush-to-zero, another rounding or an
+     * unmasked exception later (torch.set_flush_denormal does, on its own thread) would get
+     * results that depend on which thread reduced, and could take SIGFPE inside the library.
+     * Results are those of the default mode, on every thread; the program's mode is put back. */
+    const unsigned csr = _mm_getcsr();
+    if ((csr & ~0x3fu) != CSR_DEFAULT) {
+        _mm_setcsr(CSR_DEFAULT);
+        reduce_here(dst, a, b, count, dtype, op, nranks);
+        _mm_setcsr(csr);
+        return;
+    }
+#endif
+    reduce_here(dst, a, b, count, dtype, op, nranks);
 }
 
 void ring__reduce(void *dst, const void *a, const void *b, size_t count, ring_dtype_t dtype,

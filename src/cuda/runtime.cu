@@ -730,7 +730,7 @@ extern "C" void ring__cuda_ipc_close(void *p, size_t bytes)
 /* ---------- tests on a GPU ---------- */
 
 /* One thread polling mapped host memory: volatile, so every look goes to the host's copy. */
-__global__ void hold_kernel(const volatile unsigned *flag)
+static __global__ void hold_kernel(const volatile unsigned *flag)
 {
     while (*flag == 0) {
     }
