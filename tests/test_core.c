@@ -1840,6 +1840,18 @@ Test(net, a_peers_link_local_address_takes_this_hosts_zone)
     ring__sockaddr_t g = addr_of("[fd00::2]:5000");
     ring__addr_local_zone(&g, &mine);
     cr_assert_eq(((struct sockaddr_in6 *)&g.ss)->sin6_scope_id, 0);
+    /* A routable address here: the link of the interface that holds it (127.0.0.1 and ::1 are
+     * lo's), not the number the peer's host gave (it kept 12). */
+    const char *const routable[] = {"127.0.0.1:5000", "[::1]:5000"};
+    for (int k = 0; k < 2; k++) {
+        ring__sockaddr_t here = addr_of(routable[k]);
+        if (!ring__addr_bindable(&here)) continue; /* no IPv6 on this host */
+        peer = addr_of("[fe80::101]:5000");
+        ((struct sockaddr_in6 *)&peer.ss)->sin6_scope_id = 12;
+        ring__addr_local_zone(&peer, &here.ss);
+        cr_assert_eq(((struct sockaddr_in6 *)&peer.ss)->sin6_scope_id, if_nametoindex("lo"), "%s: zone %u",
+                     routable[k], ((struct sockaddr_in6 *)&peer.ss)->sin6_scope_id);
+    }
 }
 
 /* ring__connect_start sets the congestion control before the connection exists (reno is in

@@ -153,12 +153,41 @@ const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *
     return NULL;
 }
 
+/* The number of the interface that holds address a (0: none, or it cannot be told). */
+static unsigned if_of_addr(const struct sockaddr_storage *a)
+{
+    struct ifaddrs *ifa = NULL;
+    unsigned idx = 0;
+    if (getifaddrs(&ifa) != 0) return 0;
+    for (const struct ifaddrs *i = ifa; i && !idx; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != a->ss_family) continue;
+        int same = a->ss_family == AF_INET
+                       ? !memcmp(&((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr,
+                                 &((const struct sockaddr_in *)a)->sin_addr, sizeof(struct in_addr))
+                       : a->ss_family == AF_INET6 &&
+                             !memcmp(&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr,
+                                     &((const struct sockaddr_in6 *)a)->sin6_addr, sizeof(struct in6_addr));
+        if (same) idx = if_nametoindex(i->ifa_name);
+    }
+    freeifaddrs(ifa);
+    return idx;
+}
+
 void ring__addr_local_zone(ring__sockaddr_t *peer, const struct sockaddr_storage *mine)
 {
-    if (peer->ss.ss_family != AF_INET6 || mine->ss_family != AF_INET6) return;
+    if (peer->ss.ss_family != AF_INET6) return;
     struct sockaddr_in6 *p = (struct sockaddr_in6 *)&peer->ss;
+    if (!IN6_IS_ADDR_LINKLOCAL(&p->sin6_addr)) return;
     const struct sockaddr_in6 *m = (const struct sockaddr_in6 *)mine;
-    if (IN6_IS_ADDR_LINKLOCAL(&p->sin6_addr) && IN6_IS_ADDR_LINKLOCAL(&m->sin6_addr)) p->sin6_scope_id = m->sin6_scope_id;
+    if (mine->ss_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&m->sin6_addr)) {
+        p->sin6_scope_id = m->sin6_scope_id;
+        return;
+    }
+    /* This rank's data address is a routable one: the peer's link is most likely the one of
+     * the interface that holds it, the interface this rank's data goes out of. The peer's own
+     * number names some other interface here, or none. */
+    unsigned idx = if_of_addr(mine);
+    if (idx) p->sin6_scope_id = idx;
 }
 
 /* An address this host can bind now: not tentative (its duplicate check still running) and

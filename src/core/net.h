@@ -27,7 +27,8 @@ void ring__addr_set_port(ring__sockaddr_t *a, int port);
 
 /* A peer's IPv6 link-local address came with the zone (interface number) of its own host:
  * where this rank's data address is link-local too, the peer is on that link, in this host's
- * zone. Anything else is left as it is. */
+ * zone; where it is a routable one, the peer is taken to be on the link of the interface that
+ * holds it. Any other address is left as it is. */
 void ring__addr_local_zone(ring__sockaddr_t *peer, const struct sockaddr_storage *mine);
 
 struct ifaddrs;
