@@ -1736,6 +1736,96 @@ static int scenario_relaywait(uint64_t seed)
     return 0;
 }
 
+/* ---- fpmode: the program's floating-point mode does not reach the results ---- */
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+/*
+ * After init each rank sets flush-to-zero, denormals-are-zero, round toward zero and unmasked
+ * overflow on its thread (as torch.set_flush_denormal does the first two), then sums
+ * [tiny, 1, 3e38] with [tiny, 1.5 * 2^-24, 3e38] and zeros (67 elements): blocking, which runs on this
+ * thread, and async behind another async call, which runs on the progress thread. Every result
+ * must be the default mode's (2 tiny, 1 + 2^-23, inf, bit for bit, and no SIGFPE), and the
+ * thread's own mode must be as it set it afterwards. Then the same on a second communicator
+ * made while that mode was set, whose progress thread starts with it.
+ */
+static int scenario_fpmode(uint64_t seed)
+{
+    (void)seed;
+#if defined(__x86_64__)
+    enum { N = 67 };
+    const float tiny = 0x1p-140f, x[3] = {tiny, 1.0f, 3.0e38f}, y[3] = {tiny, 0x1.8p-24f, 3.0e38f},
+                want[3] = {0x1p-139f, 0x1.000002p0f, INFINITY};
+    float *in = calloc(N, sizeof *in), *out = calloc(N, sizeof *out), *other = calloc(1 << 20, sizeof *other);
+    if (!in || !out || !other) return EXIT_SETUP;
+    for (int i = 0; i < N; i++) in[i] = g_rank == 0 ? x[i % 3] : g_rank == 1 ? y[i % 3] : 0.0f; /* sums exact in any order */
+    const unsigned saved = _mm_getcsr(), mode = (0x1f80u | 0x8040u | 0x6000u) & ~0x400u;
+    /* Set before init on the second communicator: its progress thread starts with this mode. */
+    ring_comm_t *comm = NULL;
+    long checked = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        if (pass == 2) {
+            ring_comm_destroy(comm);
+            _mm_setcsr(mode);
+            comm = init_comm_env();
+            _mm_setcsr(saved);
+        } else if (pass == 0) {
+            comm = init_comm_env();
+        }
+        memset(out, 0, N * sizeof *out);
+        _mm_setcsr(mode);
+        ring_result_t rc;
+        if (pass % 2 == 0) {
+            rc = ring_allreduce(comm, in, out, N, RING_FLOAT32, RING_SUM);
+        } else {
+            ring_request_t *q1 = NULL, *q2 = NULL;
+            rc = ring_allreduce_async(comm, other, other, 1 << 20, RING_FLOAT32, RING_SUM, &q1);
+            if (rc == RING_OK) rc = ring_allreduce_async(comm, in, out, N, RING_FLOAT32, RING_SUM, &q2);
+            if (q1) {
+                ring_result_t w = ring_wait(q1);
+                if (rc == RING_OK) rc = w;
+            }
+            if (q2) {
+                ring_result_t w = ring_wait(q2);
+                if (rc == RING_OK) rc = w;
+            }
+        }
+        const unsigned after = _mm_getcsr();
+        _mm_setcsr(saved);
+        if (rc != RING_OK) {
+            wlog("pass %d: %s: %s", pass, ring_result_name(rc), ring_comm_last_error(comm));
+            return EXIT_CHECK;
+        }
+        if ((after & ~0x3fu) != mode) {
+            wlog("pass %d: this thread's mode %#x came back as %#x", pass, mode, after);
+            return EXIT_CHECK;
+        }
+        for (int i = 0; i < N; i++) {
+            uint32_t g, w;
+            memcpy(&g, &out[i], 4);
+            memcpy(&w, &want[i % 3], 4);
+            if (g != w) {
+                wlog("pass %d (%s, mode set %s init) element %d: %#x, the default mode gives %#x", pass,
+                     pass % 2 ? "progress thread" : "this thread", pass < 2 ? "after" : "before", i, g, w);
+                return EXIT_CHECK;
+            }
+        }
+        checked++;
+    }
+    ring_comm_destroy(comm);
+    free(in);
+    free(out);
+    free(other);
+    write_checked(checked);
+    return 0;
+#else
+    wlog("x86-64 only");
+    return EXIT_SETUP;
+#endif
+}
+
 /* ---- initfail: ring_comm_init_env must fail (a configuration that cannot work) ---- */
 
 /* Every rank must get an error, not a hang; it leaves err.<rank> = "<code> <message>" for the
@@ -1804,7 +1894,7 @@ static int scenario_mismatch(uint64_t seed)
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch|relaywait [seed]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch|relaywait|fpmode [seed]\n", argv[0]);
         return EXIT_SETUP;
     }
     g_scenario = argv[1];
@@ -1824,6 +1914,7 @@ int main(int argc, char **argv)
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
         {"mismatch", scenario_mismatch}, {"relaywait", scenario_relaywait},
+        {"fpmode", scenario_fpmode},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

@@ -742,6 +742,25 @@ Test(faults, rank_0s_next_call_after_a_death_waits_for_the_relay, .timeout = 120
     }
 }
 
+/* A program that sets flush-to-zero, another rounding and an unmasked exception after init
+ * (mp_worker fpmode): the results of a call on its own thread and of one on the progress thread
+ * are the default mode's, and its mode is its own again. The progress thread keeps init's mode
+ * and the caller's thread has the program's, so the two used to differ. */
+Test(collectives, results_ignore_the_programs_floating_point_mode, .timeout = 120)
+{
+#if defined(__x86_64__)
+    for (int n = 2; n <= 3; n++) {
+        job_t job = {.scenario = "fpmode", .nranks = n, .seed = seed_for(0xf9 + (uint64_t)n), .deadline_s = 60};
+        job_result_t res;
+        long checked[MAX_RANKS];
+        run_job(&job, &res, checked);
+        remove_outdir(res.outdir);
+    }
+#else
+    cr_skip_test("x86-64 only");
+#endif
+}
+
 Test(collectives, threads_n3, .timeout = 180)
 {
     job_t job = {.scenario = "threads", .nranks = 3, .seed = seed_for(0x7403), .deadline_s = 120, .second_root = 1};

@@ -639,12 +639,12 @@ Test(reduce_float, ieee_cases)
 #include <xmmintrin.h>
 #endif
 
-/* The program's floating-point mode must not reach the results: a call runs on the caller's
- * thread or on the progress thread (which keeps init's mode), so with flush-to-zero, another
- * rounding or an unmasked exception set after init the same call gave other bits depending on
- * the thread, or SIGFPE. Every element of 64 (the vector loops and the tail), then the mode
- * must be the program's again. */
-Test(reduce_float, results_of_the_default_mode_whatever_the_thread_set)
+/* ring__fp_default_begin/end, which the library wraps around every collective on the
+ * caller's thread (and the progress thread starts with): under a program's flush-to-zero,
+ * round-toward-zero and unmasked overflow, the loops between them give the default mode's
+ * bits, on every element of 67 (vector loops and tail), and end puts the program's mode back;
+ * in the default mode begin writes nothing. The collectives themselves: mp_worker's fpmode. */
+Test(reduce_float, default_mode_between_begin_and_end)
 {
 #if defined(__x86_64__)
     enum { N = 67 };
@@ -655,11 +655,15 @@ Test(reduce_float, results_of_the_default_mode_whatever_the_thread_set)
     const struct {
         float x, y, want;
     } cases[] = {{sub, sub, 0x1p-139f}, {one, eps, 0x1.000002p0f}, {big, big, INFINITY}};
+    const unsigned saved = _mm_getcsr();
+    cr_assert_eq(ring__fp_default_begin(), 0u, "the default mode needs nothing put back");
+    cr_assert_eq(_mm_getcsr(), saved);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         for (int i = 0; i < N; i++) a[i] = cases[c].x, b[i] = cases[c].y;
-        const unsigned saved = _mm_getcsr();
         _mm_setcsr(mode);
+        const unsigned fp = ring__fp_default_begin();
         ring__reduce(d, a, b, N, RING_FLOAT32, RING_SUM);
+        ring__fp_default_end(fp);
         const unsigned after = _mm_getcsr();
         _mm_setcsr(saved);
         cr_assert_eq(after & ~0x3fu, mode, "the program's mode %#x came back as %#x", mode, after);

@@ -28,6 +28,7 @@
 #include "p2p.h"
 #include "param.h"
 #include "rdma.h"
+#include "reduce.h"
 #include "topo.h"
 #include "transport.h"
 #if RING_HAVE_CUDA
@@ -105,6 +106,9 @@ static void *progress_main(void *arg)
 {
     ring_comm_t *comm = arg;
     ring__on_progress_thread = 1;
+    /* This thread is the library's: the default mode for good (it started with the mode of
+     * ring_comm_init's thread). */
+    (void)ring__fp_default_begin();
     if (comm->plan) {
         char why[320];
         int b = ring__topo_bind_thread(comm->topo, comm->plan, NULL, why, sizeof why);
@@ -154,7 +158,9 @@ ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
         if (!comm->busy && !comm->qhead) {
             comm->busy = 1;
             pthread_mutex_unlock(&comm->mu);
+            const unsigned fp = ring__fp_default_begin();
             ring_result_t rc = run_one(comm, op);
+            ring__fp_default_end(fp);
             pthread_mutex_lock(&comm->mu);
             comm->busy = 0;
             if (comm->qhead || comm->shutdown) pthread_cond_signal(&comm->cv_work);
