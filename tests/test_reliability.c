@@ -2371,6 +2371,51 @@ Test(departure, destroy_during_an_inline_call_with_an_async_one_queued_finishes_
     cr_assert_eq(ring_comm_destroy(c[1]), RING_OK);
 }
 
+typedef struct {
+    ring_request_t *q;
+    ring_result_t rc;
+    pthread_t t;
+} waiter_t;
+
+static void *waiter_main(void *arg)
+{
+    waiter_t *w = arg;
+    w->rc = ring_wait(w->q);
+    return NULL;
+}
+
+/* The same with a thread blocked in ring_wait on a queued call, as a watchdog's destroy meets
+ * the thread that waits for the collective (train/ddp.c has one): destroy freed the request
+ * and the communicator under the waiting thread, which then read the freed request and freed
+ * it again (AddressSanitizer: heap-use-after-free in ring_wait). */
+Test(departure, destroy_while_another_thread_waits_for_a_request_finishes_the_wait_first, .timeout = 60)
+{
+    clear_env();
+    /* The waiting thread takes the lock back 300 ms after its request is done, as a thread of
+     * a busy program may: the old destroy had freed the request and the communicator by then
+     * (in a plain race the waiter usually won). */
+    setenv("RING_TEST_WAIT_WAKE_HOLD_MS", "300", 1);
+    ring_comm_t *c[2];
+    group_init(c, 2, 10000);
+    static float s[1000], r[1000], s1[1000], r1[1000];
+    waiter_t w = {0};
+    cr_assert_eq(ring_allreduce_async(c[0], s, r, 1000, RING_FLOAT32, RING_SUM, &w.q), RING_OK);
+    cr_assert_eq(pthread_create(&w.t, NULL, waiter_main, &w), 0);
+    sleep_ms(50);
+    pthread_t d;
+    cr_assert_eq(pthread_create(&d, NULL, destroy_main, c[0]), 0);
+    sleep_ms(100);
+    ring_result_t rc = ring_allreduce(c[1], s1, r1, 1000, RING_FLOAT32, RING_SUM);
+    cr_assert_eq(rc, RING_OK, "rank 1: %s: %s", ring_result_name(rc), ring_comm_last_error(c[1]));
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    cr_assert_eq(pthread_timedjoin_np(w.t, NULL, &until), 0, "rank 0's ring_wait never returned");
+    cr_assert_eq(w.rc, RING_OK, "rank 0's ring_wait: %s", ring_result_name(w.rc));
+    cr_assert_eq(pthread_timedjoin_np(d, NULL, &until), 0, "ring_comm_destroy never returned");
+    cr_assert_eq(ring_comm_destroy(c[1]), RING_OK);
+}
+
 /* A forged rank: its table entry, with the settings a rank of this process resolves (so that
  * the entry passes the table checks), and a listener at its address, which is returned. */
 static int fake_rank_entry(ring__params_t *prm, ring__peer_info_t *fake)

@@ -54,8 +54,14 @@
 
 static ring_result_t run_one(ring_comm_t *comm, const ring__opdesc_t *op)
 {
-    ring_result_t fc = ring__failed_result(comm, ring__coll_name(op->coll));
-    if (fc != RING_OK) return fc;
+    if (atomic_load(&comm->fail_code) != RING_OK) {
+        /* Named with its number, as every other failure of a call is (queued calls behind a
+         * failure said "allreduce: communicator failed earlier"). */
+        char what[64];
+        snprintf(what, sizeof what, "%s #%llu", ring__coll_name(op->coll), (unsigned long long)op->seq);
+        ring_result_t fc = ring__failed_result(comm, what);
+        if (fc != RING_OK) return fc;
+    }
     ring__op_begin(comm);
     ring_result_t rc = ring__run_op(comm, op);
     int left = -1;
@@ -196,6 +202,20 @@ ring_result_t ring__submit(ring_comm_t *comm, ring__opdesc_t *op, ring_request_t
     return RING_OK;
 }
 
+/* Tests: a thread in ring_wait that takes the lock back this long after its request is done
+ * (RING_TEST_WAIT_WAKE_HOLD_MS), as a thread of a busy program may. Read once. */
+static int wait_wake_hold_ms(void)
+{
+    static atomic_int ms = -1;
+    int v = atomic_load_explicit(&ms, memory_order_relaxed);
+    if (v < 0) {
+        const char *s = getenv("RING_TEST_WAIT_WAKE_HOLD_MS");
+        v = s && *s ? atoi(s) : 0;
+        atomic_store_explicit(&ms, v < 0 ? 0 : v, memory_order_relaxed);
+    }
+    return v;
+}
+
 ring_result_t ring_wait(ring_request_t *req)
 {
     if (!req) return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_wait: request is NULL");
@@ -203,10 +223,22 @@ ring_result_t ring_wait(ring_request_t *req)
     if (ring__comm_inherited(comm))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_wait: %s", ring__not_live_text(comm));
     pthread_mutex_lock(&comm->mu);
+    /* Counted as a blocking call waiting is: ring_comm_destroy from another thread (a watchdog
+     * after ring_comm_abort) waits for this thread to take its request off the list instead of
+     * freeing the request, and the communicator, under it. */
+    comm->waiters++;
     while (!atomic_load(&req->done)) pthread_cond_wait(&comm->cv_done, &comm->mu);
+    const int hold = wait_wake_hold_ms();
+    if (hold > 0) {
+        pthread_mutex_unlock(&comm->mu);
+        ring__nap_ns((int64_t)hold * 1000000LL);
+        pthread_mutex_lock(&comm->mu);
+    }
     if (req->live_prev) req->live_prev->live_next = req->live_next;
     else comm->live = req->live_next;
     if (req->live_next) req->live_next->live_prev = req->live_prev;
+    comm->waiters--;
+    pthread_cond_broadcast(&comm->cv_done); /* destroy may wait for the last waiter */
     pthread_mutex_unlock(&comm->mu);
     ring_result_t rc = req->result;
     free(req);
@@ -863,7 +895,8 @@ ring_result_t ring_comm_destroy(ring_comm_t *comm)
     pthread_mutex_unlock(&comm->mu);
     if (comm->thread_started) pthread_join(comm->thread, NULL);
     /* A blocking call still running inline in another thread, or waiting in the queue for its
-     * turn, would be a caller bug; wait for it rather than free memory under it. */
+     * turn, or a ring_wait in another thread, would be a caller bug; wait for it rather than
+     * free memory under it. */
     pthread_mutex_lock(&comm->mu);
     while (comm->busy || comm->waiters) pthread_cond_wait(&comm->cv_done, &comm->mu);
     pthread_mutex_unlock(&comm->mu);

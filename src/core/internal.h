@@ -158,7 +158,7 @@ struct ring_comm {
     struct ring_request *qhead, *qtail;
     struct ring_request *live;
     int busy;     /* an operation is running (inline in a caller, or on the thread) */
-    int waiters;  /* blocking calls waiting in the queue for their turn: destroy waits for them */
+    int waiters;  /* blocking calls waiting in the queue for their turn, threads in ring_wait: destroy waits for them */
     int shutdown; /* destroy in progress */
     int thread_started;
     pthread_t thread;
