@@ -85,6 +85,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/coll.h"
 #include "cuda/direct.h"
 #include "cuda/gdr.h"
 #include "cuda/ipc.h"
@@ -384,17 +385,24 @@ int main(int argc, char **argv)
     const int dev_parity = mixed == 2 ? 1 : 0;
     const int use_device = !mixed || rank % 2 == dev_parity;
     if (depth_change > 0) {
-        /* Two communicators one after the other in this process, the second with another
-         * pipeline depth: the staging sets are pooled per device, so the second call gets the
-         * set the first made for its deeper pipeline, and must count its slots by its own depth
-         * (it used to index its partial sums by the set's, and forwarded stale ones). */
+        /* Communicators one after the other in this process, every second one with another
+         * pipeline depth and a 64 KiB chunk: the staging sets are pooled per device, so a
+         * call gets the set an earlier one made for its deeper pipeline, and must count its
+         * slots by its own depth (it used to index its partial sums by the set's, and forwarded
+         * stale ones). After the first two, the set covers both and is never made again (it
+         * was freed and made on every call, each free waiting for the device). */
         int bad = 0;
-        for (int round = 0; round < 2 && !bad; round++) {
+        unsigned long made_after_two = 0;
+        for (int round = 0; round < 4 && !bad; round++) {
+            if (round == 2) made_after_two = ring__cuda_stage_ring_allocs();
             if (round) {
                 ring_comm_destroy(comm);
                 ring_config_t cfg;
                 ring_config_init(&cfg);
-                cfg.pipeline_depth = depth_change;
+                if (round % 2) {
+                    cfg.pipeline_depth = depth_change;
+                    cfg.chunk_bytes = 64 * 1024; /* the suite runs this with RING_CHUNK_BYTES=4K */
+                }
                 rc = ring_comm_init_config(&comm, n, rank, getenv("RING_ROOT"), &cfg);
                 if (rc != RING_OK) {
                     fprintf(stderr, "rank %d: second init: %s\n", rank, ring_comm_last_error(comm));
@@ -406,10 +414,17 @@ int main(int argc, char **argv)
                 bad |= run_case(comm, 1, C_ALLREDUCE, RING_INT32, RING_SUM, 120001, &layouts[li], li + 2);
             }
         }
+        const unsigned long made = ring__cuda_stage_ring_allocs() - made_after_two;
+        if (!bad && made) {
+            fprintf(stderr, "rank %d: the staging slots were made %lu more time(s) after the first two communicators\n",
+                    rank, made);
+            bad = 1;
+        }
         int32_t flag = bad, any = 0;
         if (ring_allreduce(comm, &flag, &any, 1, RING_INT32, RING_MAX) != RING_OK) any = 1;
-        printf("rank %d: %s: depth %s, then %d\n", rank, any ? "FAIL" : "PASS",
-               getenv("RING_PIPELINE_DEPTH") ? getenv("RING_PIPELINE_DEPTH") : "default", depth_change);
+        printf("rank %d: %s: depth %s, then %d (and back, twice); staging slots made again: %lu\n", rank,
+               any ? "FAIL" : "PASS", getenv("RING_PIPELINE_DEPTH") ? getenv("RING_PIPELINE_DEPTH") : "default",
+               depth_change, made);
         ring_comm_destroy(comm);
         return any ? 1 : 0;
     }

@@ -64,6 +64,9 @@ typedef struct stage {
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static stage_t *pool;
+static atomic_ulong ring_sets_made; /* ring__cuda_stage_ring_allocs */
+
+unsigned long ring__cuda_stage_ring_allocs(void) { return atomic_load(&ring_sets_made); }
 
 static void stage_free_ring(stage_t *s)
 {
@@ -133,7 +136,13 @@ static void stage_put(stage_t *s)
 static ring_result_t stage_ring_ensure(ring_comm_t *comm, stage_t *s, size_t slot, int depth)
 {
     if (s->depth >= depth && s->slot >= slot) return RING_OK;
+    /* Grow to cover what the set held too (its users index with s->slot and their own depth):
+     * communicators of one device with a smaller chunk and a deeper pipeline, used in turn,
+     * otherwise freed and allocated the set on every call, each free waiting for the device. */
+    if (s->depth > depth) depth = s->depth;
+    if (s->slot > slot) slot = s->slot;
     stage_free_ring(s);
+    atomic_fetch_add(&ring_sets_made, 1);
     size_t d = (size_t)depth;
     ring_result_t rc;
     s->sev = calloc(d, sizeof *s->sev);

@@ -20,6 +20,9 @@ ring_result_t ring__cuda_accept_op(ring_comm_t *comm, ring__opdesc_t *op, int se
 
 /* Run an accepted call (op->mem_device) on the calling thread; ring__run_op's device branch. */
 ring_result_t ring__cuda_run_op(ring_comm_t *comm, const ring__opdesc_t *op);
+/* How many times a staged ring's pinned and device slots were (re)allocated in this process:
+ * for the test that communicators used in turn share them instead. */
+unsigned long ring__cuda_stage_ring_allocs(void);
 
 /*
  * Make `dev` the calling thread's current device for library work; ..._leave puts the
