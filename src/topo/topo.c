@@ -528,6 +528,57 @@ static const char *dev_names(const ring__topo_t *t, ring__topo_kind_t kind, char
     return buf;
 }
 
+/* Among cand[0..ncand), the devices closest to `to` by closeness(): into tied[], their
+ * number returned (the closeness in *best). */
+static int closest_of(const ring__topo_t *t, const int *cand, int ncand, const ring__topo_dev_t *gpu,
+                      const ring__cpumask_t *cpus, int *tied, int *best)
+{
+    int n = 0;
+    *best = 1 << 30;
+    for (int i = 0; i < ncand; i++) {
+        int c = gpu ? dev_closeness(&t->devs[cand[i]], gpu) : cpus_closeness(&t->devs[cand[i]], cpus);
+        if (c < *best) {
+            *best = c;
+            n = 0;
+        }
+        if (c == *best) tied[n++] = cand[i];
+    }
+    return n;
+}
+
+/* The place of GPU g among the GPUs of the topology that are closest to the same devices
+ * (tied[0..ntied)): each of those GPUs takes the next device. The local rank would do only
+ * where the ranks of those GPUs have consecutive local ranks, which interleaved placements
+ * (GPUs numbered alternately between sockets, mpirun --map-by socket) do not give. */
+static int gpu_place(const ring__topo_t *t, const int *cand, int ncand, int g, const int *tied, int ntied, int *scratch)
+{
+    int place = 0;
+    for (int j = 0; j < g; j++) {
+        if (t->devs[j].kind != RING__TOPO_GPU) continue;
+        int best, n = closest_of(t, cand, ncand, &t->devs[j], NULL, scratch, &best);
+        if (n == ntied && !memcmp(scratch, tied, sizeof *tied * (size_t)ntied)) place++;
+    }
+    return place;
+}
+
+/* The place of a launcher binding among the CPUs local to its closest devices: ranks bound to
+ * cores 4 and 5 of a socket take its two NICs, whatever their local ranks (mpirun --map-by
+ * socket gives a socket's ranks local ranks of one parity). -1 when the binding covers all
+ * those CPUs (bound to the socket), where only the local rank tells ranks apart. */
+static int bound_place(const ring__topo_t *t, const ring__cpumask_t *bound, const int *tied, int ntied)
+{
+    ring__cpumask_t near = t->devs[tied[0]].cpus;
+    for (int i = 1; i < ntied; i++)
+        for (int c = 0; c < RING__TOPO_MAX_CPUS; c++)
+            if (ring__cpumask_isset(&t->devs[tied[i]].cpus, c)) ring__cpumask_set(&near, c);
+    ring__cpumask_t mine;
+    ring__cpumask_and(&mine, bound, &near);
+    if (ring__cpumask_count(&mine) == 0 || ring__cpumask_count(&mine) >= ring__cpumask_count(&near)) return -1;
+    int place = 0;
+    for (int c = 0; c < RING__TOPO_MAX_CPUS && !ring__cpumask_isset(&mine, c); c++) place += ring__cpumask_isset(&near, c);
+    return place;
+}
+
 /* The NIC or HCA decision: sets plan->nic, nic_name, nic_forced, nic_why. */
 static ring_result_t choose_nic(ring_comm_t *comm, const ring__topo_t *t, const ring__topo_req_t *req,
                                 int launcher_bound, const ring__cpumask_t *bound, ring__topo_plan_t *plan)
@@ -543,7 +594,8 @@ static ring_result_t choose_nic(ring_comm_t *comm, const ring__topo_t *t, const 
     int ncand = 0, nkind = 0;
     int *cand = malloc(sizeof(int) * (size_t)(t->ndevs ? t->ndevs : 1));
     int *tied = malloc(sizeof(int) * (size_t)(t->ndevs ? t->ndevs : 1));
-    if (!cand || !tied) {
+    int *scratch = malloc(sizeof(int) * (size_t)(t->ndevs ? t->ndevs : 1));
+    if (!cand || !tied || !scratch) {
         rc = ring__seterr(comm, RING_ERR_NOMEM, "topology plan: out of memory");
         goto done;
     }
@@ -570,28 +622,15 @@ static ring_result_t choose_nic(ring_comm_t *comm, const ring__topo_t *t, const 
     const char *reason = "";
     if (plan->gpu >= 0) {
         const ring__topo_dev_t *g = &t->devs[plan->gpu];
-        for (int i = 0; i < ncand; i++) {
-            int c = dev_closeness(&t->devs[cand[i]], g);
-            if (c < best) {
-                best = c;
-                ntied = 0;
-            }
-            if (c == best) tied[ntied++] = cand[i];
-        }
-        /* Ranks whose GPUs are equally close to several NICs share them out. */
-        pick = tied[req->local_rank % ntied];
+        ntied = closest_of(t, cand, ncand, g, NULL, tied, &best);
+        /* GPUs equally close to several NICs share them out. */
+        pick = tied[gpu_place(t, cand, ncand, plan->gpu, tied, ntied, scratch) % ntied];
         snprintf(b1, sizeof b1, "closest to GPU %s (%s)", g->busid, closeness_text(t, &t->devs[pick], g, best));
         reason = b1;
     } else if (launcher_bound && req->bind != RING__BIND_FORCE) {
-        for (int i = 0; i < ncand; i++) {
-            int c = cpus_closeness(&t->devs[cand[i]], bound);
-            if (c < best) {
-                best = c;
-                ntied = 0;
-            }
-            if (c == best) tied[ntied++] = cand[i];
-        }
-        pick = tied[req->local_rank % ntied];
+        ntied = closest_of(t, cand, ncand, NULL, bound, tied, &best);
+        const int place = bound_place(t, bound, tied, ntied);
+        pick = tied[(place >= 0 ? place : req->local_rank) % ntied];
         snprintf(b1, sizeof b1, "%s the CPUs the launcher bound this rank to (%s)",
                  best == 0 ? "local to" : best == 1 ? "partly local to" : "none is local to",
                  ring__cpumask_str(bound, b2, sizeof b2));
@@ -616,6 +655,7 @@ static ring_result_t choose_nic(ring_comm_t *comm, const ring__topo_t *t, const 
 done:
     free(cand);
     free(tied);
+    free(scratch);
     return rc;
 }
 

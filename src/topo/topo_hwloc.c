@@ -137,6 +137,19 @@ static ring_result_t summarise(ring_comm_t *comm, hwloc_topology_t topo, ring__t
         nd->package = o->parent ? package_of(topo, o->parent) : -1;
         t->nnuma++;
     }
+    /* A node that hwloc could not place (CXL expanders, memory without HMAT initiators) hangs
+     * under the machine with every CPU: its CPUs are not its own but wider than another
+     * node's. Kept, it made every device's node ambiguous (so no buffer was placed) and took
+     * ranks' buffers when they were shared out over the nodes. */
+    uint8_t wider[64] = {0};
+    int kept = 0;
+    for (int k = 0; k < t->nnuma && k < 64; k++)
+        for (int j = 0; j < t->nnuma && !wider[k]; j++)
+            wider[k] = j != k && ring__cpumask_subset(&t->numa[j].cpus, &t->numa[k].cpus) &&
+                       !ring__cpumask_equal(&t->numa[j].cpus, &t->numa[k].cpus);
+    for (int k = 0; k < t->nnuma; k++)
+        if (k >= 64 || !wider[k]) t->numa[kept++] = t->numa[k];
+    t->nnuma = kept;
 
     int cap = 0;
     for (hwloc_obj_t o = NULL; (o = hwloc_get_next_osdev(topo, o));) cap++;

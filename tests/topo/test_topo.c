@@ -531,6 +531,21 @@ Test(topo, a_memory_only_node_is_left_out)
     cr_assert_eq(u->nnuma, 2);
     ring__topo_free(u);
     ring__topo_free(t);
+    /* The same kind of node hung under the machine with every CPU (CXL memory hwloc cannot
+     * place): it left every device's node ambiguous, so a GPU's buffers were not placed, and
+     * took a third of the ranks' buffers when no device decided. */
+    t = load("two-socket-cxl-on-machine.xml");
+    cr_assert_eq(t->nnuma, 2, "%d nodes", t->nnuma);
+    for (int i = 0; i < t->nnuma; i++) cr_assert_neq(t->numa[i].os_index, 2, "the CXL node is kept");
+    ring__topo_req_t r = req_for(0, 2, "0000:3b:00.0");
+    ring__topo_plan_t p = plan_of(t, &r);
+    cr_assert_eq(numa_os(t, &p), 0, "a GPU on socket 0: %s", p.numa_why);
+    for (int lr = 0; lr < 3; lr++) {
+        r = req_for(lr, 3, NULL);
+        p = plan_of(t, &r);
+        cr_assert_neq(numa_os(t, &p), 2, "local rank %d: buffers on the CXL node: %s", lr, p.text);
+    }
+    ring__topo_free(t);
 }
 
 Test(topo, discovery_no_numa)
@@ -705,6 +720,38 @@ Test(topo, two_nics_follow_gpu_or_share_out)
     p = plan_of(t, &r);
     cr_assert_str_eq(nic(t, &p), "eth1", "%s", p.nic_why);
     cr_assert(!p.bind && numa_os(t, &p) == 1);
+    ring__topo_free(t);
+}
+
+/* Ranks of a host with interleaved placements take every device of a tie. The local rank
+ * shared them out only where the ranks that tie had consecutive local ranks: GPUs numbered
+ * alternately between the sockets, and mpirun --map-by socket --bind-to core (local ranks 1
+ * and 3 on socket 1, bound to cores 4 and 5), left a socket's second NIC or HCA idle. */
+Test(topo, interleaved_ranks_share_out_every_device_of_a_tie)
+{
+    NEED_HWLOC();
+    ring__topo_t *t = load("two-socket-four-nic-four-gpu.xml");
+    const char *gpus[] = {"0000:3b:00.0", "0000:d8:00.0", "0000:3d:00.0", "0000:da:00.0"};
+    const char *want[] = {"eth0", "eth1", "eth2", "eth3"};
+    for (int lr = 0; lr < 4; lr++) {
+        ring__topo_req_t r = req_for(lr, 4, gpus[lr]);
+        ring__topo_plan_t p = plan_of(t, &r);
+        cr_assert_str_eq(nic(t, &p), want[lr], "local rank %d, GPU %s: %s", lr, gpus[lr], p.nic_why);
+    }
+    ring__topo_free(t);
+    t = load("two-socket-two-hca.xml");
+    const char *bound[] = {"0", "4", "1", "5"};
+    char seen[4][32];
+    for (int lr = 0; lr < 4; lr++) {
+        ring__topo_req_t r = req_for(lr, 4, NULL);
+        r.use_hca = 1;
+        r.bound_known = 1;
+        cr_assert_eq(ring__cpumask_parse(bound[lr], &r.bound), 0);
+        ring__topo_plan_t p = plan_of(t, &r);
+        snprintf(seen[lr], sizeof seen[lr], "%s", nic(t, &p));
+    }
+    cr_assert_str_neq(seen[1], seen[3], "the ranks bound to cores 4 and 5 both took %s", seen[1]);
+    cr_assert_str_eq(seen[0], seen[2], "socket 0 has one HCA: %s and %s", seen[0], seen[2]);
     ring__topo_free(t);
 }
 
