@@ -57,6 +57,18 @@ Test(rdma_gid, roce_without_a_matching_address_takes_the_first_ipv4_v2)
     cr_assert_eq(ring__rdma_pick_gid(t, n, 0, NULL, why, sizeof why), 3, "%s", why);
 }
 
+/* A v1 GID that carries the bootstrap address and a v2 GID of another network: v2, as a peer
+ * whose v1 GIDs carry no such address would take (the bootstrap match outranked v2, and the
+ * two ranks' queue pairs then dropped every packet). */
+Test(rdma_gid, roce_v2_outranks_the_bootstrap_address_on_v1)
+{
+    ring__gid_ent_t t[2] = {v4(0, RING__GID_ROCE_V1, 10, 0, 0, 5), v4(1, RING__GID_ROCE_V2, 192, 168, 1, 5)};
+    const uint8_t want[4] = {10, 0, 0, 5};
+    char why[160];
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, want, why, sizeof why), 1, "%s", why);
+    cr_assert(strstr(why, "RoCE v2") && strstr(why, "no GID carries the bootstrap"), "%s", why);
+}
+
 Test(rdma_gid, soft_roce_table_of_the_test_vm)
 {
     /* rxe0 on dummy0 with 198.18.0.1: index 0 link-local v2... as the guest shows it. */

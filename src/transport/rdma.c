@@ -421,6 +421,14 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
     }
     RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank, "rdma: %s port %d (%s, LID %u, active MTU %s), %s, %d QP(s) per peer",
              ctx->dev_name, ctx->port, ctx->is_ib ? "InfiniBand" : "RoCE", ctx->lid, mtu_str(ctx->mtu), gwhy, ctx->nqp);
+    /* Registered pages are shared copy-on-write with a child after fork() on kernels without
+     * copy-on-fork for pinned memory (before about 5.13): a write of the parent then moves a
+     * staging slot or credit word away from what the HCA reads and writes. Said once here, as
+     * fork() after init is otherwise supported (docs/api.md). */
+    if (ibv_is_fork_initialized() == IBV_FORK_DISABLED)
+        RING_LOG(RING_LOG_WARN, RING_SUB_INIT, comm->rank,
+                 "rdma: this kernel does not copy pinned pages on fork(): a fork() after ring_comm_init, while this "
+                 "communicator lives, can corrupt or stall its verbs connections (docs/rdma.md)");
     *ctxp = ctx;
     return RING_OK;
 }

@@ -38,10 +38,12 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
             score = 1;
         } else {
             if (e->type == RING__GID_IB) continue;
-            /* v2 over v1, IPv4 over IPv6, a routable IPv6 address over the link-local one every
-             * port has (RoCE v2 between subnets cannot route from fe80::), and the bootstrap
-             * address over the rest. */
-            score = (e->type == RING__GID_ROCE_V2 ? 4 : 0) + (is_v4_mapped(e->gid) ? 2 : is_link_local(e->gid) ? 0 : 1) +
+            /* v2 over v1 first (a v1 rank and a v2 rank never meet: their queue pairs reach RTS
+             * and every packet is dropped, so every rank must choose alike, whatever its
+             * addresses), then the bootstrap address, then IPv4 over IPv6, a routable IPv6
+             * address over the link-local one every port has (RoCE v2 between subnets cannot
+             * route from fe80::). Until 2026-12-06 the bootstrap address outranked v2. */
+            score = (e->type == RING__GID_ROCE_V2 ? 16 : 0) + (is_v4_mapped(e->gid) ? 2 : is_link_local(e->gid) ? 0 : 1) +
                     (want_v4 && is_v4_mapped(e->gid) && !memcmp(e->gid + 12, want_v4, 4) ? 8 : 0);
         }
         if (score > best_score || (score == best_score && e->index < t[best].index)) best = i, best_score = score;
@@ -56,7 +58,7 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
     } else if (is_v4_mapped(e->gid)) {
         snprintf(why, len, "GID index %u: RoCE v%d, IPv4 %u.%u.%u.%u%s", e->index, e->type == RING__GID_ROCE_V2 ? 2 : 1,
                  e->gid[12], e->gid[13], e->gid[14], e->gid[15],
-                 best_score >= 8 ? " (the bootstrap interface's address)"
+                 best_score % 16 >= 8 ? " (the bootstrap interface's address)"
                                  : " (no GID carries the bootstrap interface's address)");
     } else {
         snprintf(why, len, "GID index %u: RoCE v%d, IPv6%s (no IPv4 GID on this port)", e->index,
