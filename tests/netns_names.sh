@@ -24,11 +24,13 @@ command -v ip >/dev/null || skip "ip (iproute2) not installed"
 a=rcnm-a$$ b=rcnm-b$$
 net=10.78.$(($$ % 200 + 20))
 out=$(mktemp -d)
+made_etc_netns=0
+[[ -d /etc/netns ]] || made_etc_netns=1
 cleanup() {
     ip netns del "$a" 2>/dev/null
     ip netns del "$b" 2>/dev/null
     rm -rf "/etc/netns/$a" "/etc/netns/$b" "$out"
-    rmdir /etc/netns 2>/dev/null
+    [[ $made_etc_netns -eq 0 ]] || rmdir /etc/netns 2>/dev/null
 }
 trap cleanup EXIT
 ip netns add "$a" 2>/dev/null && ip netns add "$b" 2>/dev/null || skip "cannot create a network namespace"
@@ -90,7 +92,7 @@ verdict "the root's own name on 127.0.1.1: both fail, the root says why" $?
 #    this kernel, so init's check for loopback across machines does not see it.
 echo "$net.1 ringroot" >"/etc/netns/$a/hosts"
 env1=(RING_SOCKET_IFNAME=lo)
-run 3000
+run 6000
 [[ $rc0 -ne 0 && $rc1 -ne 0 ]] && grep -q "data address is a loopback one" "$out/0" &&
     grep -q "data address is a loopback one" "$out/1"
 verdict "rank 1 on lo: both connection timeouts say that a data address is a loopback one" $?

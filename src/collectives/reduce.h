@@ -42,19 +42,21 @@ float ring__bf16_to_float(uint16_t h);
 uint16_t ring__float_to_bf16(float f);
 
 /* Name of the code path the run-time dispatch picked ("x86-64-v4", "x86-64-v3", "generic"). */
+const char *ring__reduce_impl_name(void);
+/* Tests: run the path of that name from now on (NULL: the widest again). -1 where this CPU
+ * or build does not have it. Not for use while reductions run on other threads. */
+int ring__reduce_force(const char *name);
+
 /*
  * The loops' results are those of the default floating-point mode (x86-64: round to nearest,
  * no flush-to-zero or denormals-are-zero, exceptions masked). A collective runs on the
  * caller's thread or on the progress thread, so without this the program's mode (set after
  * init: torch.set_flush_denormal does, on its own thread) would decide the bits depending on
  * the thread, or trap. begin puts the default in place on this thread and returns what end
- * needs to put the program's mode back; nothing is written when the mode is the default.
+ * needs to put the program's mode back (with the status flags the call raised); nothing is
+ * written when the mode is the default. x86-64 only; no-ops elsewhere.
  */
 unsigned ring__fp_default_begin(void);
 void ring__fp_default_end(unsigned saved);
-const char *ring__reduce_impl_name(void);
-/* Tests: run the path of that name from now on (NULL: the widest again). -1 where this CPU
- * or build does not have it. Not for use while reductions run on other threads. */
-int ring__reduce_force(const char *name);
 
 #endif

@@ -24,6 +24,7 @@
  *     (comm.c). Kernel and CPUs say how many ranks share this machine's CPUs,
  *     namespaces and RING_HOST_ID included, which decides how a rank waits (comm.c).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -47,6 +48,14 @@
 #define MAX_PENDING 64
 #define HELLO_TIMEOUT_NS (10LL * 1000000000LL)
 
+uint32_t ring__kernel_hash(const char *bootid)
+{
+    /* FNV-1a: only equality matters, and 0 stays "unknown". */
+    uint32_t h = 2166136261u;
+    for (const char *c = bootid; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    return h | 1u;
+}
+
 void ring__host_identity(ring__peer_info_t *info)
 {
     gethostname(info->host, sizeof info->host - 1);
@@ -58,10 +67,7 @@ void ring__host_identity(ring__peer_info_t *info)
         info->bootid[strcspn(info->bootid, "\n")] = '\0';
     }
     info->pid = (uint32_t)getpid();
-    /* FNV-1a: only equality matters, and 0 stays "unknown". */
-    uint32_t h = 2166136261u;
-    for (const char *c = info->bootid; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
-    info->kernel = info->bootid[0] ? h | 1u : 0;
+    info->kernel = info->bootid[0] ? ring__kernel_hash(info->bootid) : 0;
     ring__cpumask_t set;
     if (ring__cpumask_current(&set) == 0) {
         int first = 0;
@@ -97,11 +103,8 @@ int ring__loopback_far(const ring__peer_info_t *peers, int n, int *far)
 {
     for (int lo = 0; lo < n; lo++) {
         ring__sockaddr_t a;
-        if (!peers[lo].kernel || peers[lo].addr.len > sizeof a.ss) continue;
-        memset(&a, 0, sizeof a);
-        memcpy(&a.ss, peers[lo].addr.data, peers[lo].addr.len);
-        a.len = peers[lo].addr.len;
-        if (!ring__addr_is_loopback(&a)) continue;
+        ring__peer_sockaddr(&peers[lo], &a);
+        if (!peers[lo].kernel || !ring__addr_is_loopback(&a)) continue;
         for (int q = 0; q < n; q++)
             if (peers[q].kernel && peers[q].kernel != peers[lo].kernel) {
                 *far = q;
@@ -374,6 +377,18 @@ static int settle(gather *g, int i, int64_t now)
     return 1;
 }
 
+/* A loopback root address other than 127.0.0.1 and ::1, which a job of one host names on
+ * purpose: 127.0.1.1 and its like come from a host name in /etc/hosts. */
+static int debian_own_name(const ring__sockaddr_t *root)
+{
+    if (!ring__addr_is_loopback(root)) return 0;
+    if (root->ss.ss_family == AF_INET)
+        return ((const struct sockaddr_in *)&root->ss)->sin_addr.s_addr != htonl(INADDR_LOOPBACK);
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)&root->ss)->sin6_addr;
+    return !IN6_IS_ADDR_LOOPBACK(a) && !(IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127 && a->s6_addr[13] == 0 &&
+                                         a->s6_addr[14] == 0 && a->s6_addr[15] == 1);
+}
+
 static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int lfd, const ring__sockaddr_t *root,
                                  ring__peer_info_t *all, int64_t deadline)
 {
@@ -401,7 +416,7 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int l
                               "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s%s",
                               comm->params.timeout_ms, ring__addr_str(root, b, sizeof b), g.joined, n, missing,
                               o >= sizeof missing - 16 ? ", ..." : "",
-                              ring__addr_is_loopback(root)
+                              debian_own_name(root)
                                   ? " (the root listens on a loopback address, which ranks on other hosts cannot "
                                     "reach: does RING_ROOT's host name resolve to 127.0.1.1 here, as /etc/hosts has "
                                     "it on Debian?)"

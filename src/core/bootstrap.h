@@ -7,6 +7,8 @@
 #ifndef RING_BOOTSTRAP_H
 #define RING_BOOTSTRAP_H
 
+#include <string.h>
+
 #include "internal.h"
 #include "net.h"
 #include "transport.h"
@@ -82,6 +84,16 @@ void ring__bootstrap_close(ring__bootstrap_t *bs);
 
 /* Fill host name and boot id (same host = same name and boot id). */
 void ring__host_identity(ring__peer_info_t *info);
+/* ring__peer_info_t.kernel of a boot id: never 0. */
+uint32_t ring__kernel_hash(const char *bootid);
+
+/* A rank's data address (its TCP transport address) as a socket address. */
+static inline void ring__peer_sockaddr(const ring__peer_info_t *p, ring__sockaddr_t *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(&out->ss, p->addr.data, RING__MIN(p->addr.len, sizeof out->ss));
+    out->len = (socklen_t)RING__MIN(p->addr.len, sizeof out->ss);
+}
 
 /*
  * RING_SPIN_YIELD=auto: may rank `me` wait without yielding its CPU? Yes when the ranks on its

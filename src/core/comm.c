@@ -606,11 +606,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     {
         /* Tests: a rank that says it runs on another machine (its kernel's boot id). */
         const char *k = getenv("RING_TEST_KERNEL");
-        if (k && *k) {
-            uint32_t h = 2166136261u;
-            for (; *k; k++) h = (h ^ (uint8_t)*k) * 16777619u;
-            mine.kernel = h | 1u;
-        }
+        if (k && *k) mine.kernel = ring__kernel_hash(k);
     }
 #if RING_HAVE_RDMA
     if (comm->params.transport == RING__TP_AUTO || comm->params.transport == RING__TP_RDMA) {
@@ -634,8 +630,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     }
     {
         ring__sockaddr_t la;
-        memcpy(&la.ss, mine.addr.data, mine.addr.len);
-        la.len = mine.addr.len;
+        ring__peer_sockaddr(&mine, &la);
         char ns[16] = "auto";
         if (comm->params.nsocks) snprintf(ns, sizeof ns, "%d", comm->params.nsocks);
         RING_LOG(RING_LOG_INFO, RING_SUB_INIT, comm->rank,
@@ -700,8 +695,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
         if (lo >= 0) {
             const ring__peer_info_t *p = &comm->peers[lo];
             ring__sockaddr_t la;
-            memcpy(&la.ss, p->addr.data, p->addr.len);
-            la.len = p->addr.len;
+            ring__peer_sockaddr(p, &la);
             rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
                               "rank %d (%s, pid %u) has the loopback data address %s, which rank %d on another machine "
                               "(%s) cannot reach: on rank %d, RING_SOCKET_IFNAME selects only the loopback interface, or "

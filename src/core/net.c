@@ -153,22 +153,34 @@ const struct ifaddrs *ring__ifaddr_pick(const struct ifaddrs *list, const char *
     return NULL;
 }
 
+/* The entry of getifaddrs' list that holds address a, NULL if none. A root written as
+ * [::ffff:a.b.c.d] gives an IPv4-mapped address, which interfaces list as plain IPv4. */
+static const struct ifaddrs *if_holding(const struct ifaddrs *list, const struct sockaddr_storage *a)
+{
+    int fam = a->ss_family;
+    const void *want = fam == AF_INET ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
+                                      : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+    if (fam == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)want)) {
+        fam = AF_INET;
+        want = (const unsigned char *)want + 12;
+    }
+    if (fam != AF_INET && fam != AF_INET6) return NULL;
+    for (const struct ifaddrs *i = list; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != fam) continue;
+        const void *have = fam == AF_INET ? (const void *)&((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr
+                                          : (const void *)&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr;
+        if (!memcmp(have, want, fam == AF_INET ? sizeof(struct in_addr) : sizeof(struct in6_addr))) return i;
+    }
+    return NULL;
+}
+
 /* The number of the interface that holds address a (0: none, or it cannot be told). */
 static unsigned if_of_addr(const struct sockaddr_storage *a)
 {
     struct ifaddrs *ifa = NULL;
-    unsigned idx = 0;
     if (getifaddrs(&ifa) != 0) return 0;
-    for (const struct ifaddrs *i = ifa; i && !idx; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != a->ss_family) continue;
-        int same = a->ss_family == AF_INET
-                       ? !memcmp(&((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr,
-                                 &((const struct sockaddr_in *)a)->sin_addr, sizeof(struct in_addr))
-                       : a->ss_family == AF_INET6 &&
-                             !memcmp(&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr,
-                                     &((const struct sockaddr_in6 *)a)->sin6_addr, sizeof(struct in6_addr));
-        if (same) idx = if_nametoindex(i->ifa_name);
-    }
+    const struct ifaddrs *i = if_holding(ifa, a);
+    unsigned idx = i ? if_nametoindex(i->ifa_name) : 0;
     freeifaddrs(ifa);
     return idx;
 }
@@ -257,24 +269,9 @@ ring_result_t ring__local_addr(ring_comm_t *comm, const char *ifname, const ring
                                         ring__addr_str(toward, b, sizeof b));
             close(fd);
         }
-        /* Name the interface that holds this address, for the log. A root written as
-         * [::ffff:a.b.c.d] gives an IPv4-mapped address, which interfaces list as plain IPv4. */
-        int fam = out->ss.ss_family;
-        const void *want = fam == AF_INET ? (const void *)&((struct sockaddr_in *)&out->ss)->sin_addr
-                                          : (const void *)&((struct sockaddr_in6 *)&out->ss)->sin6_addr;
-        if (fam == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)want)) {
-            fam = AF_INET;
-            want = (const unsigned char *)want + 12;
-        }
-        for (struct ifaddrs *i = ifa; rc == RING_OK && i; i = i->ifa_next) {
-            if (!i->ifa_addr || i->ifa_addr->sa_family != fam) continue;
-            int same = fam == AF_INET ? !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, want, sizeof(struct in_addr))
-                                      : !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, want, sizeof(struct in6_addr));
-            if (same) {
-                snprintf(ifout, ifoutlen, "%s", i->ifa_name);
-                break;
-            }
-        }
+        /* Name the interface that holds this address, for the log. */
+        const struct ifaddrs *i = rc == RING_OK ? if_holding(ifa, &out->ss) : NULL;
+        if (i) snprintf(ifout, ifoutlen, "%s", i->ifa_name);
     }
     freeifaddrs(ifa);
     if (rc == RING_OK) ring__addr_set_port(out, 0);

@@ -32,9 +32,7 @@ void ring__peer_desc(const ring_comm_t *comm, int rank, char *out, size_t len)
 {
     const ring__peer_info_t *pi = &comm->peers[rank];
     ring__sockaddr_t a;
-    memset(&a, 0, sizeof a);
-    memcpy(&a.ss, pi->addr.data, RING__MIN(pi->addr.len, sizeof a.ss));
-    a.len = pi->addr.len;
+    ring__peer_sockaddr(pi, &a);
     /* A link-local address's zone is the peer host's interface number: this rank reaches it
      * through its own (ring__addr_local_zone), and that is the name this host knows. */
     if (rank != comm->rank) ring__addr_local_zone(&a, &comm->data_addr);
@@ -212,17 +210,15 @@ ring_result_t ring__conn_establish(ring_comm_t *comm, const int *to, int nto, co
             /* Ranks of one machine in different network namespaces: each has its own loopback,
              * which init's cross-machine check (comm.c) cannot tell apart. */
             ring__sockaddr_t pa;
-            memset(&pa, 0, sizeof pa);
-            memcpy(&pa.ss, comm->peers[p].addr.data, RING__MIN(comm->peers[p].addr.len, sizeof pa.ss));
-            pa.len = comm->peers[p].addr.len;
+            ring__peer_sockaddr(&comm->peers[p], &pa);
             ring__sockaddr_t ma = {.len = comm->data_addr_len};
             memcpy(&ma.ss, &comm->data_addr, sizeof ma.ss);
             int peer_lo = ring__addr_is_loopback(&pa), mine_lo = ring__addr_is_loopback(&ma);
             char lo[200] = "";
             if (!c && peer_lo != mine_lo)
                 snprintf(lo, sizeof lo,
-                         " (%s data address is a loopback one, which only %s network namespace reaches: set "
-                         "RING_SOCKET_IFNAME%s)",
+                         " (%s data address is a loopback one, which only %s network namespace reaches: if the "
+                         "two are not in one, set RING_SOCKET_IFNAME%s)",
                          peer_lo ? "its" : "this rank's", peer_lo ? "its own" : "this", peer_lo ? " on that rank" : "");
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
                               "timed out after %d ms connecting: %d connection(s) not established, e.g. the %s %s%s%s",

@@ -138,9 +138,15 @@ static ring_result_t stage_ring_ensure(ring_comm_t *comm, stage_t *s, size_t slo
     if (s->depth >= depth && s->slot >= slot) return RING_OK;
     /* Grow to cover what the set held too (its users index with s->slot and their own depth):
      * communicators of one device with a smaller chunk and a deeper pipeline, used in turn,
-     * otherwise freed and allocated the set on every call, each free waiting for the device. */
-    if (s->depth > depth) depth = s->depth;
-    if (s->slot > slot) slot = s->slot;
+     * otherwise freed and allocated the set on every call, each free waiting for the device.
+     * Not beyond twice the larger of the two: 64 KiB x 16 and 4 MiB x 2 would make 64 MiB of
+     * pinned and device memory where each needs 1 or 8; those go back to the exact size. */
+    const size_t held = (size_t)s->depth * s->slot, need = (size_t)depth * slot;
+    const size_t both = (size_t)RING__MAX(depth, s->depth) * RING__MAX(slot, s->slot);
+    if (both <= 2 * RING__MAX(held, need)) {
+        depth = RING__MAX(depth, s->depth);
+        slot = RING__MAX(slot, s->slot);
+    }
     stage_free_ring(s);
     atomic_fetch_add(&ring_sets_made, 1);
     size_t d = (size_t)depth;
