@@ -9,7 +9,7 @@
 #  2. Debian's trap: on the root's host its own name is 127.0.1.1 (/etc/hosts), elsewhere its
 #     network address. The rank on the other host cannot reach a loopback address: the root's
 #     timeout must say that it listens on one.
-#  3. Below.
+#  3. and 4. Below.
 # Skips (exit 77) with a reason when not root or without ip netns / veth.
 #
 #   tests/netns_names.sh [RING_PERF]   (default: $RING_TEST_RING_PERF)
@@ -96,4 +96,19 @@ run 6000
 [[ $rc0 -ne 0 && $rc1 -ne 0 ]] && grep -q "data address is a loopback one" "$out/0" &&
     grep -q "data address is a loopback one" "$out/1"
 verdict "rank 1 on lo: both connection timeouts say that a data address is a loopback one" $?
+
+# 4. A dual-stack name whose first address is the root's IPv6 one, and a rank with no IPv6
+#    route (its address removed): it reaches the root through the IPv4 address, where the root
+#    listens too. The root listened on the first address only, and the rank timed out.
+env1=()
+ip -n "$b" addr del "$net6::2/64" dev eth0 || exit 1
+printf '%s ringroot\n%s ringroot\n' "$net6::1" "$net.1" | tee "/etc/netns/$a/hosts" >"/etc/netns/$b/hosts"
+got=$(ip netns exec "$a" getent ahosts ringroot | awk '$2 == "STREAM" {print $1}' | tr '\n' ' ')
+if [[ $got != "$net6::1 $net.1 " ]]; then
+    echo "netns_names: scenario 4 skipped: the root's resolver does not put its IPv6 address first (got: $got)"
+else
+    run 20000
+    [[ $rc0 -eq 0 && $rc1 -eq 0 ]] && grep -q "Out of bounds values : 0 OK" "$out/0"
+    verdict "a dual-stack name, the rank without IPv6: joined through IPv4, every result right" $?
+fi
 exit $fail

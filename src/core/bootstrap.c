@@ -389,8 +389,8 @@ static int debian_own_name(const ring__sockaddr_t *root)
                                          a->s6_addr[14] == 0 && a->s6_addr[15] == 1);
 }
 
-static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int lfd, const ring__sockaddr_t *root,
-                                 ring__peer_info_t *all, int64_t deadline)
+static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, const int *lfds, int nl,
+                                 const ring__sockaddr_t *root, ring__peer_info_t *all, int64_t deadline)
 {
     int n = comm->nranks;
     gather g = {.comm = comm, .bs = bs, .all = all, .joined = 1, .deadline = deadline};
@@ -423,12 +423,12 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int l
                                   : "");
             break;
         }
-        struct pollfd fds[MAX_PENDING + 2];
-        fds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        fds[1] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
-        for (int i = 0; i < g.np; i++) fds[i + 2] = (struct pollfd){.fd = g.p[i].fd, .events = POLLIN};
+        struct pollfd fds[MAX_PENDING + RING__ROOT_ADDRS_MAX + 1];
+        for (int l = 0; l < nl; l++) fds[l] = (struct pollfd){.fd = lfds[l], .events = POLLIN};
+        fds[nl] = (struct pollfd){.fd = comm->wake_fd, .events = POLLIN};
+        for (int i = 0; i < g.np; i++) fds[nl + 1 + i] = (struct pollfd){.fd = g.p[i].fd, .events = POLLIN};
         int ms = (int)RING__MIN((deadline - now) / 1000000 + 1, 200);
-        if (poll(fds, (nfds_t)g.np + 2, ms) < 0 && errno != EINTR) {
+        if (poll(fds, (nfds_t)(nl + 1 + g.np), ms) < 0 && errno != EINTR) {
             rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "bootstrap: poll");
             break;
         }
@@ -436,14 +436,17 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, int l
          * connecting, so ranks leave the table at once and only strangers and slow senders
          * hold slots. Draining the backlog first would let a burst of ranks (a large job, or
          * a root that was descheduled) push each other out. */
-        for (;;) {
+        for (int l = 0; l < nl;) {
             ring__sockaddr_t from;
             from.len = sizeof from.ss;
-            int fd = accept4(lfd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            int fd = accept4(lfds[l], (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
             ring__fd_own(fd);
             if (fd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED) continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    l++; /* this listener is drained: the next */
+                    continue;
+                }
                 /* Out of descriptors: nothing frees one before the job gives up, and a readable
                  * listener would only spin until the deadline. */
                 rc = ring__seterr_errno(comm, RING_ERR_SYSTEM, errno,
@@ -474,24 +477,57 @@ out:
     return rc;
 }
 
-static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *root,
+/* A listener on one more address of the root's name, or -1: no error is recorded (the first
+ * address already listens, and this one is only a help to ranks that cannot reach that). */
+static int extra_listener(const ring__sockaddr_t *a)
+{
+    if (!ring__addr_bindable(a)) return -1;
+    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    ring__fd_own(fd);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* An IPv6 socket would take IPv4 connections too and clash with the IPv4 listener. */
+    if (a->ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) != 0 || listen(fd, 256) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *roots, int nroots,
                               ring__peer_info_t *all, int64_t deadline)
 {
     ring_result_t rc;
     int n = comm->nranks;
-    char b[80];
+    char b[80], also[RING__ROOT_ADDRS_MAX * 56] = "";
+    const ring__sockaddr_t *root = &roots[0];
     ring__sockaddr_t la = *root;
-    int lfd = -1;
+    int lfds[RING__ROOT_ADDRS_MAX], nl = 0;
     unsigned char *table = NULL;
-    rc = ring__listen(comm, &la, 1, 0, 0, &lfd);
+    rc = ring__listen(comm, &la, 1, 0, 0, &lfds[0]);
     if (rc != RING_OK) {
         ring__seterr(comm, rc, "bootstrap: rank 0 cannot listen on the root address %s (%s)",
                      ring__addr_str(root, b, sizeof b), comm->errmsg);
         goto fail;
     }
-    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, 0, "bootstrap: root listening on %s for %d ranks",
-             ring__addr_str(&la, b, sizeof b), n);
-    rc = root_gather(comm, bs, lfd, root, all, deadline);
+    nl = 1;
+    /* The other addresses of RING_ROOT's name that are this host's: the ranks try each in turn,
+     * and one that cannot reach the first (no IPv6 route, say) joins through another. */
+    size_t o = 0;
+    for (int k = 1; k < nroots && k < RING__ROOT_ADDRS_MAX; k++) {
+        int fd = extra_listener(&roots[k]);
+        if (fd < 0) continue;
+        lfds[nl++] = fd;
+        if (o < sizeof also)
+            o += (size_t)snprintf(also + o, sizeof also - o, "%s%s", o ? ", " : " (also on ",
+                                  ring__addr_str(&roots[k], b, sizeof b));
+    }
+    if (o && o < sizeof also) snprintf(also + o, sizeof also - o, ")");
+    RING_LOG(RING_LOG_INFO, RING_SUB_INIT, 0, "bootstrap: root listening on %s%s for %d ranks",
+             ring__addr_str(&la, b, sizeof b), also, n);
+    rc = root_gather(comm, bs, lfds, nl, root, all, deadline);
     if (rc != RING_OK) {
         tell_joined(comm, bs, rc, 1, deadline);
         goto fail;
@@ -529,7 +565,7 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         }
     }
 fail:
-    if (lfd >= 0) close(lfd);
+    for (int l = 0; l < nl; l++) close(lfds[l]);
     free(table);
     return rc;
 }
@@ -691,7 +727,7 @@ ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *ro
     bs->rank_fds = malloc((size_t)comm->nranks * sizeof(int));
     if (!bs->rank_fds) return ring__seterr(comm, RING_ERR_NOMEM, "bootstrap: out of memory");
     for (int r = 0; r < comm->nranks; r++) bs->rank_fds[r] = -1;
-    return root_run(comm, bs, &roots[0], all, deadline_ns);
+    return root_run(comm, bs, roots, nroots, all, deadline_ns);
 }
 
 void ring__bootstrap_close(ring__bootstrap_t *bs)

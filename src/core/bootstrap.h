@@ -73,8 +73,8 @@ typedef struct ring__bootstrap {
 
 /*
  * Join the job. `mine` is this rank's info; on success all[0..nranks-1] holds everyone's and
- * comm->job_nonce is set. Rank 0 listens on roots[0]; the others try roots[0..nroots-1] in
- * turn. Fails with a message naming the root address, and (on the root) the ranks that never
+ * comm->job_nonce is set. Rank 0 listens on roots[0], and on the others of
+ * roots[0..nroots-1] it can bind; the other ranks try them in turn. Fails with a message naming the root address, and (on the root) the ranks that never
  * arrived. Bounded by deadline_ns; comm->wake_fd aborts it.
  */
 ring_result_t ring__bootstrap_init(ring_comm_t *comm, const ring__sockaddr_t *roots, int nroots,

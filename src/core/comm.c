@@ -659,7 +659,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
-    RING_CHECK(ring__bootstrap_init(comm, roots, comm->rank == 0 ? 1 : nroots, &mine, comm->peers, deadline));
+    RING_CHECK(ring__bootstrap_init(comm, roots, nroots, &mine, comm->peers, deadline));
     RING_CHECK(ring__watch_open(comm));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */
