@@ -481,19 +481,9 @@ out:
  * address already listens, and this one is only a help to ranks that cannot reach that). */
 static int extra_listener(const ring__sockaddr_t *a)
 {
-    if (!ring__addr_bindable(a)) return -1;
-    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    ring__fd_own(fd);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    /* An IPv6 socket would take IPv4 connections too and clash with the IPv4 listener. */
-    if (a->ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    if (bind(fd, (const struct sockaddr *)&a->ss, a->len) != 0 || listen(fd, 256) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    ring__sockaddr_t la = *a;
+    int fd = -1;
+    return ring__addr_bindable(a) && ring__listen_quiet(&la, &fd) == 0 ? fd : -1;
 }
 
 static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ring__sockaddr_t *roots, int nroots,

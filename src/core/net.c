@@ -206,20 +206,17 @@ void ring__addr_local_zone(ring__sockaddr_t *peer, const struct sockaddr_storage
  * not failed that check, which getifaddrs does not say. */
 static int bindable(const struct sockaddr *sa)
 {
-    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 1; /* cannot tell: let the listener's bind report it */
-    /* getifaddrs' addresses have port 0: any free port. */
-    socklen_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    int ok = bind(fd, sa, len) == 0 || errno != EADDRNOTAVAIL;
-    close(fd);
-    return ok;
+    ring__sockaddr_t a = {.len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)};
+    memcpy(&a.ss, sa, a.len);
+    return ring__addr_bindable(&a);
 }
 
 int ring__addr_bindable(const ring__sockaddr_t *a)
 {
     ring__sockaddr_t any = *a;
     ring__addr_set_port(&any, 0);
-    /* A family this kernel lacks (IPv6 turned off) is as unusable as a foreign address. */
+    /* A family this kernel lacks (IPv6 turned off) is as unusable as a foreign address; any
+     * other socket failure cannot tell, and the listener's bind will report it. */
     int fd = socket(any.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno != EAFNOSUPPORT;
     int ok = bind(fd, (const struct sockaddr *)&any.ss, any.len) == 0 || errno != EADDRNOTAVAIL;
@@ -284,16 +281,18 @@ int ring__set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
-                           int port_hi, int *fdp)
+/* The listening socket behind ring__listen and ring__listen_quiet: 0, or the errno of the
+ * step named in *step. */
+static int open_listener(ring__sockaddr_t *addr, int reuse, int port_lo, int port_hi, int *fdp, const char **step)
 {
-    char b[80];
+    *step = "socket";
     int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ring__seterr_errno(comm, RING_ERR_SYSTEM, errno, "socket");
+    if (fd < 0) return errno;
     ring__fd_own(fd);
     int one = 1;
     if (reuse) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     int err = 0;
+    *step = "bind";
     if (port_lo > 0) {
         err = EADDRINUSE;
         for (int p = port_lo; p <= port_hi && err; p++) {
@@ -303,22 +302,40 @@ ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse,
     } else {
         err = bind(fd, (struct sockaddr *)&addr->ss, addr->len) == 0 ? 0 : errno;
     }
+    if (!err) {
+        *step = "listen";
+        err = listen(fd, 256) == 0 ? 0 : errno;
+    }
     if (err) {
         close(fd);
-        if (port_lo > 0)
-            return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "cannot bind any port of RING_PORT_RANGE %d-%d",
-                                      port_lo, port_hi);
-        return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "cannot bind %s", ring__addr_str(addr, b, sizeof b));
-    }
-    if (listen(fd, 256) != 0) {
-        err = errno;
-        close(fd);
-        return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "listen on %s", ring__addr_str(addr, b, sizeof b));
+        return err;
     }
     addr->len = sizeof addr->ss;
     getsockname(fd, (struct sockaddr *)&addr->ss, &addr->len);
     *fdp = fd;
-    return RING_OK;
+    return 0;
+}
+
+ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
+                           int port_hi, int *fdp)
+{
+    char b[80];
+    const char *step;
+    int err = open_listener(addr, reuse, port_lo, port_hi, fdp, &step);
+    if (!err) return RING_OK;
+    if (!strcmp(step, "socket")) return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "socket");
+    if (!strcmp(step, "listen"))
+        return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "listen on %s", ring__addr_str(addr, b, sizeof b));
+    if (port_lo > 0)
+        return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "cannot bind any port of RING_PORT_RANGE %d-%d", port_lo,
+                                  port_hi);
+    return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "cannot bind %s", ring__addr_str(addr, b, sizeof b));
+}
+
+int ring__listen_quiet(ring__sockaddr_t *addr, int *fdp)
+{
+    const char *step;
+    return open_listener(addr, 1, 0, 0, fdp, &step);
 }
 
 int ring__connect_start(const ring__sockaddr_t *addr, const char *cc, int *fdp, int *cc_err)

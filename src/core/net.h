@@ -58,6 +58,8 @@ int ring__addr_routable(const ring__sockaddr_t *a);
 /* Non-blocking listening socket. port_lo..port_hi (0,0 = the address's port as given). */
 ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
                            int port_hi, int *fd);
+/* The same with SO_REUSEADDR and the address's own port, recording no error: 0 or an errno. */
+int ring__listen_quiet(ring__sockaddr_t *addr, int *fd);
 /* Start a non-blocking connect, with TCP congestion control cc (NULL: the system's) chosen
  * before the handshake. 0 = connected or in progress; else errno, which is also in *cc_err
  * when it was the congestion control's (see ring__sock_set_cc). */
