@@ -141,15 +141,17 @@ static ring_result_t summarise(ring_comm_t *comm, hwloc_topology_t topo, ring__t
      * under the machine with every CPU: its CPUs are not its own but wider than another
      * node's. Kept, it made every device's node ambiguous (so no buffer was placed) and took
      * ranks' buffers when they were shared out over the nodes. */
-    uint8_t wider[64] = {0};
+    uint8_t *wider = calloc((size_t)(t->nnuma > 0 ? t->nnuma : 1), 1);
+    if (!wider) return ring__seterr(comm, RING_ERR_NOMEM, "topology: out of memory");
     int kept = 0;
-    for (int k = 0; k < t->nnuma && k < 64; k++)
+    for (int k = 0; k < t->nnuma; k++)
         for (int j = 0; j < t->nnuma && !wider[k]; j++)
             wider[k] = j != k && ring__cpumask_subset(&t->numa[j].cpus, &t->numa[k].cpus) &&
                        !ring__cpumask_equal(&t->numa[j].cpus, &t->numa[k].cpus);
     for (int k = 0; k < t->nnuma; k++)
-        if (k >= 64 || !wider[k]) t->numa[kept++] = t->numa[k];
+        if (!wider[k]) t->numa[kept++] = t->numa[k];
     t->nnuma = kept;
+    free(wider);
 
     int cap = 0;
     for (hwloc_obj_t o = NULL; (o = hwloc_get_next_osdev(topo, o));) cap++;

@@ -546,6 +546,14 @@ Test(topo, a_memory_only_node_is_left_out)
         cr_assert_neq(numa_os(t, &p), 2, "local rank %d: buffers on the CXL node: %s", lr, p.text);
     }
     ring__topo_free(t);
+    /* The same past the first 64 nodes (the memory-only node is the 65th hwloc lists). */
+    t = load("sixty-five-socket-memory-node.xml");
+    cr_assert_eq(t->nnuma, 66, "%d nodes", t->nnuma);
+    for (int i = 0; i < t->nnuma; i++) cr_assert_neq(t->numa[i].os_index, 66, "the memory-only node is kept");
+    r = req_for(65, 66, NULL);
+    p = plan_of(t, &r);
+    cr_assert_eq(numa_os(t, &p), 65, "local rank 65 of 66: %s", p.text);
+    ring__topo_free(t);
 }
 
 Test(topo, discovery_no_numa)
