@@ -366,6 +366,23 @@ int ring__topo_busid_canon(const char *in, char out[20])
 
 int ring__topo_name_match(const char *spec, const char *name) { return ring__name_match(spec, name, 1); }
 
+/* RING_LOCAL_RANK/RING_LOCAL_SIZE are ringrun's, or the user's own export under another
+ * launcher: a malformed pair is a typo and fails init as any RING_* variable does. Skipped
+ * like a launcher's pair, it placed the rank by the next launcher's variables, or as the only
+ * rank of its host, without a word. */
+static ring_result_t check_ring_local(ring_comm_t *comm)
+{
+    const char *r = getenv("RING_LOCAL_RANK"), *s = getenv("RING_LOCAL_SIZE");
+    long long lr, ls;
+    if ((!r || !*r) && (!s || !*s)) return RING_OK;
+    if (r && s && ring__parse_int(r, 0, 1 << 20, &lr) == 0 && ring__parse_int(s, 1, 1 << 20, &ls) == 0 && lr < ls)
+        return RING_OK;
+    return ring__seterr(comm, RING_ERR_INVALID_ARG,
+                        "RING_LOCAL_RANK=\"%s\", RING_LOCAL_SIZE=\"%s\": expected both, integers with 0 <= "
+                        "RING_LOCAL_RANK < RING_LOCAL_SIZE <= %d",
+                        r ? r : "(unset)", s ? s : "(unset)", 1 << 20);
+}
+
 ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring__topo_req_t *req)
 {
     memset(req, 0, sizeof *req);
@@ -374,6 +391,8 @@ ring_result_t ring__topo_req_init(ring_comm_t *comm, const ring__topo_t *t, ring
     int mode = ring__topo_parse_bind(b);
     if (mode < 0)
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "RING_BIND=\"%s\": expected auto, force or none", b);
+    ring_result_t rc = check_ring_local(comm);
+    if (rc != RING_OK) return rc;
     req->bind = (ring__bind_mode_t)mode;
     /* A communicator's resolved interface: ring_config_t's socket_ifname, where it was set, wins
      * over the variable (api.md). */

@@ -194,6 +194,38 @@ Test(topo, one_rank_checks_ring_bind)
     cr_assert_eq(ring_comm_destroy(c), RING_OK);
 }
 
+/* ringrun's local-rank pair (or the user's export of it) is checked as every RING_* variable:
+ * a malformed one was skipped without a word, and the rank placed as if alone on its host. A
+ * launcher's pair that is so is still skipped (discovery_env_local_rank). */
+Test(topo, a_malformed_ring_local_pair_fails_init)
+{
+    static const char *const bad[][2] = {{"1", NULL}, {NULL, "4"}, {"x", "4"}, {"1", "4x"}, {"4", "4"},
+                                         {"-1", "4"}, {"0", "0"}, {"", "4"}};
+    ring__topo_req_t r;
+    ring_comm_t *c = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *lr = bad[i][0], *ls = bad[i][1];
+        if (lr) setenv("RING_LOCAL_RANK", lr, 1);
+        else unsetenv("RING_LOCAL_RANK");
+        if (ls) setenv("RING_LOCAL_SIZE", ls, 1);
+        else unsetenv("RING_LOCAL_SIZE");
+        cr_assert_eq(ring__topo_req_init(NULL, NULL, &r), RING_ERR_INVALID_ARG, "%s / %s", lr ? lr : "-",
+                     ls ? ls : "-");
+        cr_assert(strstr(ring_comm_last_error(NULL), "RING_LOCAL_RANK=") &&
+                      strstr(ring_comm_last_error(NULL), "expected both"),
+                  "%s", ring_comm_last_error(NULL));
+        cr_assert_eq(ring_comm_init(&c, 1, 0, NULL), RING_ERR_INVALID_ARG, "%s / %s", lr ? lr : "-", ls ? ls : "-");
+        cr_assert_eq(ring_comm_destroy(c), RING_OK);
+        c = NULL;
+    }
+    setenv("RING_LOCAL_RANK", "3", 1);
+    setenv("RING_LOCAL_SIZE", " 4 ", 1);
+    cr_assert_eq(ring__topo_req_init(NULL, NULL, &r), RING_OK, "%s", ring_comm_last_error(NULL));
+    setenv("RING_LOCAL_RANK", "", 1);
+    setenv("RING_LOCAL_SIZE", "", 1);
+    cr_assert_eq(ring__topo_req_init(NULL, NULL, &r), RING_OK, "empty is unset");
+}
+
 Test(topo, busid_canon)
 {
     char out[20];
