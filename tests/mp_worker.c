@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1751,6 +1752,48 @@ static int scenario_relaywait(uint64_t seed)
  * thread's own mode must be as it set it afterwards. Then the same on a second communicator
  * made while that mode was set, whose progress thread starts with it.
  */
+static void tick(int sig) { (void)sig; }
+
+/* A program with a periodic timer signal (a sampling profiler's SIGALRM or SIGPROF), every
+ * RING_TEST_TICK_US (default 5000) with SA_RESTART, through init, collectives and destroy.
+ * Run by netns_slow_root.sh over a link whose round trip is longer than the tick. */
+static int scenario_ticking(uint64_t seed)
+{
+    (void)seed;
+    const char *t = getenv("RING_TEST_TICK_US");
+    long us = t && *t ? atol(t) : 5000;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = tick;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{us / 1000000, us % 1000000}, {us / 1000000, us % 1000000}};
+    if (us > 0 && setitimer(ITIMER_REAL, &it, NULL) != 0) return EXIT_SETUP;
+    ring_comm_t *comm = init_comm_env();
+    int32_t in[97], out[97];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 97; i++) in[i] = g_rank * 1000 + i + round;
+        ring_result_t rc = ring_allreduce(comm, in, out, 97, RING_INT32, RING_SUM);
+        if (rc != RING_OK) {
+            wlog("round %d: %s: %s", round, ring_result_name(rc), ring_comm_last_error(comm));
+            return EXIT_LIB;
+        }
+        for (int i = 0; i < 97; i++) {
+            int32_t want = (int32_t)(1000 * g_nranks * (g_nranks - 1) / 2 + g_nranks * (i + round));
+            if (out[i] != want) {
+                wlog("round %d element %d: %d, want %d", round, i, out[i], want);
+                return EXIT_CHECK;
+            }
+        }
+    }
+    ring_result_t rc = ring_comm_destroy(comm);
+    if (rc != RING_OK) {
+        wlog("destroy: %s", ring_result_name(rc));
+        return EXIT_LIB;
+    }
+    return 0;
+}
+
 static int scenario_fpmode(uint64_t seed)
 {
     (void)seed;
@@ -1914,7 +1957,7 @@ int main(int argc, char **argv)
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
         {"mismatch", scenario_mismatch}, {"relaywait", scenario_relaywait},
-        {"fpmode", scenario_fpmode},
+        {"fpmode", scenario_fpmode}, {"ticking", scenario_ticking},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

@@ -2106,17 +2106,24 @@ Test(log, an_unknown_level_is_named_and_logs_warnings)
     cr_assert(strstr(out, "a NET warning"), "%s", out);
 }
 
-/* The log on a pipe whose reader is gone: the write fails with EPIPE and the program lives
- * (docs/api.md: the library never raises SIGPIPE); it used to die of it. errno stays. */
-Test(log, a_closed_pipe_on_stderr_raises_no_sigpipe)
+/* stderr on a pipe whose reader is gone; returns a copy of the old stderr. */
+static int stderr_to_a_closed_pipe(void)
 {
-    clear_env();
     int p[2];
     cr_assert_eq(pipe(p), 0);
     close(p[0]);
     int saved = dup(2);
     cr_assert_eq(dup2(p[1], 2), 2);
     close(p[1]);
+    return saved;
+}
+
+/* The log on a pipe whose reader is gone: the write fails with EPIPE and the program lives
+ * (docs/api.md: the library never raises SIGPIPE); it used to die of it. errno stays. */
+Test(log, a_closed_pipe_on_stderr_raises_no_sigpipe)
+{
+    clear_env();
+    int saved = stderr_to_a_closed_pipe();
     setenv("RING_DEBUG", "WARN", 1);
     ring__log_init();
     errno = ENOENT;
@@ -2125,6 +2132,24 @@ Test(log, a_closed_pipe_on_stderr_raises_no_sigpipe)
     dup2(saved, 2);
     close(saved);
     cr_assert_eq(e, ENOENT, "errno %d after the log line", e);
+    clear_env();
+}
+
+/* The same for the line that says RING_DEBUG_FILE cannot be opened, written at the first
+ * communicator: it went out with a plain write(), and the program died of SIGPIPE in init. */
+Test(log, a_debug_file_that_cannot_be_opened_raises_no_sigpipe_on_a_closed_pipe)
+{
+    clear_env();
+    int saved = stderr_to_a_closed_pipe();
+    setenv("RING_DEBUG", "INFO", 1);
+    setenv("RING_DEBUG_FILE", "/nonexistent-ringcomm-dir/log.%p", 1);
+    errno = ENOENT;
+    ring__log_init();
+    RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "into a pipe nobody reads");
+    int e = errno;
+    dup2(saved, 2);
+    close(saved);
+    cr_assert_eq(e, ENOENT, "errno %d after the log lines", e);
     clear_env();
 }
 

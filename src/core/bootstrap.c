@@ -605,8 +605,13 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         if (!e) {
             struct pollfd pf[2] = {{.fd = cfd, .events = POLLOUT}, {.fd = comm->wake_fd, .events = POLLIN}};
             int64_t left = deadline - ring__now_ns();
-            poll(pf, 2, (int)RING__MIN(RING__MAX(left / 1000000, 1), 1000));
-            int r = ring__connect_check(cfd);
+            const int64_t until = ring__now_ns() + RING__MIN(RING__MAX(left / 1000000, 1), 1000) * 1000000LL;
+            /* Until it connects, fails, or its slice is up: a signal (a profiler's timer) ends
+             * poll() early, and a connection given up at every tick never completed where the
+             * round trip to the root is longer than the tick. */
+            int r;
+            while ((r = ring__connect_check(cfd)) == 0 && ring__now_ns() < until)
+                if (poll(pf, 2, (int)RING__MAX((until - ring__now_ns()) / 1000000, 1)) > 0 && pf[1].revents) break;
             if (r == 1) {
                 fd = cfd;
                 if (nroots > 1)

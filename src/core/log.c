@@ -50,6 +50,25 @@ static void parse_subsys(const char *v, char *bad, size_t badlen)
     ring__log_subsys_v = negate ? (RING_SUB_ALL & ~mask) : known ? mask : RING_SUB_ALL;
 }
 
+/* Every write to the log. A pipe whose reader is gone must not kill the program with SIGPIPE
+ * (docs/api.md): block it for this write and take back one this write raised. errno is the
+ * caller's. */
+static void write_nopipe(const char *buf, size_t len)
+{
+    int saved = errno;
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    if (write(log_fd, buf, len) < 0 && errno == EPIPE && !was_pending) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = saved;
+}
+
 /* The log file's name from RING_DEBUG_FILE: %h the host name, %p the pid. A name that does
  * not fit stays unopened (the log stays on stderr and says so): a cut name would be another
  * file. */
@@ -82,8 +101,7 @@ static void open_file(const char *pattern)
         int k = fits ? snprintf(m, sizeof m, "ringcomm: RING_DEBUG_FILE: cannot open %s (%s); logging to stderr\n", path,
                                 strerror(errno))
                      : snprintf(m, sizeof m, "ringcomm: RING_DEBUG_FILE names a path longer than 511 bytes; logging to stderr\n");
-        ssize_t w = write(log_fd, m, k < (int)sizeof m ? (size_t)k : sizeof m - 1);
-        (void)w;
+        write_nopipe(m, k < (int)sizeof m ? (size_t)k : sizeof m - 1);
     }
 }
 
@@ -140,18 +158,5 @@ void ring__log(int level, unsigned subsys, int rank, const char *fmt, ...)
     if (len > sizeof line - 2) len = sizeof line - 2;
     line[len++] = '\n';
     if (log_fd < 0) return; /* stderr was closed at init */
-    /* A pipe whose reader is gone must not kill the program with SIGPIPE (docs/api.md): block
-     * it for this write and take back one this write raised. errno is the caller's. */
-    int saved = errno;
-    sigset_t pipe_set, old, pending;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-    if (write(log_fd, line, len) < 0 && errno == EPIPE && !was_pending) {
-        struct timespec zero = {0, 0};
-        sigtimedwait(&pipe_set, NULL, &zero);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    errno = saved;
+    write_nopipe(line, len);
 }
