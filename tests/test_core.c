@@ -2097,6 +2097,20 @@ Test(log, a_known_subsystem_beside_an_unknown_one_still_filters)
     cr_assert_null(strstr(out, "a NET warning"), "NET was not asked for: %s", out);
 }
 
+/* "INIT, NET" as people write lists: the space made " NET" an unknown name, and NET's lines
+ * were left out. */
+Test(log, subsystem_names_may_have_spaces_around_them)
+{
+    clear_env();
+    char out[4096];
+    log_run("INFO", " INIT , NET\t", out, sizeof out);
+    cr_assert_null(strstr(out, "is not INIT, NET, COLL or ALL"), "%s", out);
+    cr_assert(strstr(out, "a NET warning"), "%s", out);
+    log_run("INFO", "INIT, COLL", out, sizeof out);
+    cr_assert_null(strstr(out, "is not INIT, NET, COLL or ALL"), "%s", out);
+    cr_assert_null(strstr(out, "a NET warning"), "NET was not asked for: %s", out);
+}
+
 Test(log, an_unknown_level_is_named_and_logs_warnings)
 {
     clear_env();
@@ -2214,7 +2228,7 @@ Test(log, trace_logs_every_collective)
 
 /* A RING_DEBUG_FILE that cannot be opened (a missing directory) leaves the log on stderr, and
  * stderr says so; it used to say nothing, and the file the user looked for never came. */
-Test(log, a_debug_file_that_cannot_be_opened_is_named_on_stderr)
+static void debug_file_fallback(const char *pattern, char *out, size_t outlen)
 {
     clear_env();
     char err[] = "/tmp/ringlog-err-XXXXXX";
@@ -2224,16 +2238,39 @@ Test(log, a_debug_file_that_cannot_be_opened_is_named_on_stderr)
     cr_assert_eq(dup2(efd, 2), 2);
     close(efd);
     setenv("RING_DEBUG", "WARN", 1);
-    setenv("RING_DEBUG_FILE", "/nonexistent-ringcomm-dir/log-%p", 1);
+    setenv("RING_DEBUG_FILE", pattern, 1);
     ring__log_init();
     RING_LOG(RING_LOG_WARN, RING_SUB_NET, 0, "a NET warning");
     dup2(saved, 2);
     close(saved);
-    char out[4096];
-    slurp(err, out, sizeof out);
+    slurp(err, out, outlen);
+    unlink(err);
     clear_env();
+}
+
+Test(log, a_debug_file_that_cannot_be_opened_is_named_on_stderr)
+{
+    char out[4096];
+    debug_file_fallback("/nonexistent-ringcomm-dir/log-%p", out, sizeof out);
     cr_assert(strstr(out, "RING_DEBUG_FILE: cannot open /nonexistent-ringcomm-dir/log-") &&
                   strstr(out, "No such file or directory"),
+              "%s", out);
+    cr_assert(strstr(out, "a NET warning"), "the log is not on stderr: %s", out);
+}
+
+/* A FIFO nobody reads: opening it for writing blocked, and init with it, for good. */
+Test(log, a_debug_file_that_is_a_fifo_without_a_reader_is_named_on_stderr, .timeout = 20)
+{
+    char fifo[] = "/tmp/ringlog-fifo-XXXXXX", out[4096];
+    cr_assert_not_null(mkdtemp(fifo));
+    char path[64];
+    snprintf(path, sizeof path, "%s/f", fifo);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    debug_file_fallback(path, out, sizeof out);
+    unlink(path);
+    rmdir(fifo);
+    cr_assert(strstr(out, "RING_DEBUG_FILE: cannot open /tmp/ringlog-fifo-") &&
+                  strstr(out, "No such device or address"),
               "%s", out);
     cr_assert(strstr(out, "a NET warning"), "the log is not on stderr: %s", out);
 }

@@ -1,5 +1,6 @@
 /* Log sink: formats one line per call and writes it with a single write(2), so lines from
  * the progress thread and the caller's thread never interleave. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -39,10 +40,14 @@ static void parse_subsys(const char *v, char *bad, size_t badlen)
     if (negate) v++;
     bad[0] = '\0';
     while (*v) {
-        size_t n = strcspn(v, ",");
-        unsigned bit = subsys_bit(v, n);
+        size_t n = strcspn(v, ","), k = n;
+        const char *w = v;
+        /* "INIT, NET" */
+        while (k && isspace((unsigned char)*w)) w++, k--;
+        while (k && isspace((unsigned char)w[k - 1])) k--;
+        unsigned bit = subsys_bit(w, k);
         if (bit) known = 1;
-        else if (n && !bad[0]) snprintf(bad, badlen, "%.*s", (int)n, v);
+        else if (k && !bad[0]) snprintf(bad, badlen, "%.*s", (int)k, w);
         mask |= bit;
         v += n;
         if (*v == ',') v++;
@@ -92,7 +97,10 @@ static void open_file(const char *pattern)
         else o += (size_t)k;
     }
     path[o] = '\0';
-    int fd = fits ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    /* Non-blocking, so that a FIFO without a reader fails (ENXIO) instead of holding init for
+     * good; the writes that follow block as they would on stderr. */
+    int fd = fits ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644) : -1;
+    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     if (fd >= 0) {
         if (log_fd >= 0) close(log_fd);
         log_fd = fd;

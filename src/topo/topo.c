@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -217,6 +218,11 @@ ring_result_t ring__topo_load(ring_comm_t *comm, const char *xml_path, ring__top
     } else {
         snprintf(label, sizeof label, "topology file \"%s\"", path);
     }
+    struct stat st;
+    /* hwloc opens the path blocking: a FIFO without a writer held init for good, past
+     * RING_TIMEOUT_MS. */
+    if (path && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: not a regular file", label);
     ring__topo_t *t = calloc(1, sizeof *t);
     if (!t) return ring__seterr(comm, RING_ERR_NOMEM, "topology: out of memory");
     RING_CHECK(ring__topo_hw_load(comm, path, label, t));

@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "net.h"
@@ -601,7 +603,7 @@ Test(topo, discovery_no_numa)
     ring__topo_free(t);
 }
 
-Test(topo, load_errors_and_env)
+Test(topo, load_errors_and_env, .timeout = 60)
 {
     NEED_HWLOC();
     ring__topo_t *t = NULL;
@@ -610,6 +612,22 @@ Test(topo, load_errors_and_env)
     cr_assert(strstr(ring_comm_last_error(NULL), "/nonexistent/topo.xml"), "%s", ring_comm_last_error(NULL));
     /* A file that is not a topology at all. */
     cr_assert_eq(ring__topo_load(NULL, xml("meson.build"), &t), RING_ERR_INVALID_ARG);
+    /* Not a regular file: a FIFO without a writer held init for good (hwloc opens it blocking). */
+    char dir[] = "/tmp/ringtopo-fifo-XXXXXX", fifo[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/f", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    setenv("RING_TOPO_FILE", fifo, 1);
+    ring_result_t frc = ring__topo_load(NULL, NULL, &t);
+    unlink(fifo);
+    cr_assert_eq(frc, RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_TOPO_FILE=") &&
+                  strstr(ring_comm_last_error(NULL), "not a regular file"),
+              "%s", ring_comm_last_error(NULL));
+    setenv("RING_TOPO_FILE", dir, 1);
+    cr_assert_eq(ring__topo_load(NULL, NULL, &t), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "not a regular file"), "%s", ring_comm_last_error(NULL));
+    rmdir(dir);
     setenv("RING_TOPO_FILE", xml("no-numa.xml"), 1);
     cr_assert_eq(ring__topo_load(NULL, NULL, &t), RING_OK, "%s", ring_comm_last_error(NULL));
     cr_assert(t->from_file && strstr(t->source, "no-numa.xml"));
