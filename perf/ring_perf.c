@@ -31,9 +31,11 @@
  *
  * Model columns. Before the sweep the tool measures the two parameters of the alpha-beta model
  * with the library's internal point-to-point layer (src/core/p2p.h) over the ring connections
- * (send to the right, receive from the left), which exist without any ring__p2p_connect:
- *  - alpha: an 8-byte token goes once around the ring (rank 0 sends to rank 1, every rank
- *    forwards what it receives from its left to its right, rank 0 receives it from rank n-1);
+ * (send to the right, receive from the left), which exist without any ring__p2p_connect. Left
+ * and right are the communicator's ring neighbours, in the ring's order (ranks of one host next
+ * to each other, RING_HOST_ID), not rank -/+ 1; the header prints that order:
+ *  - alpha: an 8-byte token goes once around the ring (rank 0 sends to its right, every rank
+ *    forwards what it receives from its left to its right, rank 0 receives it from its left);
  *    alpha = median over ALPHA_REPS trips (after ALPHA_WARMUP) of rank 0's trip time / n, the
  *    cost of one dependent hop as the collectives pay it;
  *  - B: every rank at once streams --probe-bytes (default 64 MiB) to its right while receiving
@@ -434,10 +436,13 @@ static pc_algo_t lib_algo(pc_coll_t c, size_t bytes)
 /* ---------------------------------------------------------------------------------------- */
 /* Model parameters                                                                          */
 
-/* Per-hop latency in seconds: median ring trip of an 8-byte token / n (rank 0 measures). */
+/* Per-hop latency in seconds: median ring trip of an 8-byte token / n (rank 0 measures). The
+ * neighbours are the communicator's (g_comm->left/right: the ring's order, ranks of one host
+ * next to each other), not rank -/+ 1: those are the links the collectives use, and the only
+ * ones connected without ring__p2p_connect. */
 static double probe_alpha(void)
 {
-    const int n = g_nranks, right = (g_rank + 1) % n, left = (g_rank + n - 1) % n;
+    const int n = g_nranks, right = g_comm->right, left = g_comm->left;
     double t[ALPHA_REPS];
     CALL("ring_barrier", ring_barrier(g_comm));
     for (int k = -ALPHA_WARMUP; k < ALPHA_REPS; k++) {
@@ -464,10 +469,11 @@ static double probe_alpha(void)
     return alpha;
 }
 
-/* Link bandwidth in bytes/s: all ranks stream `total` bytes to the right at once. */
+/* Link bandwidth in bytes/s: all ranks stream `total` bytes to their ring neighbour on the
+ * right at once (g_comm->right, as in probe_alpha). */
 static double probe_link(size_t total)
 {
-    const int n = g_nranks, right = (g_rank + 1) % n, left = (g_rank + n - 1) % n;
+    const int right = g_comm->right, left = g_comm->left;
     const size_t piece = total < LINK_PIECE ? total : LINK_PIECE;
     const size_t per_call = total < piece * LINK_PIECES ? total : piece * LINK_PIECES;
     unsigned char *sb = alloc_buf(per_call), *rb = alloc_buf(per_call);
@@ -812,10 +818,15 @@ static void print_header(int argc, char **argv, const opts_t *o, const pc_link_t
         any = 1;
     }
     fprintf(f, "%s\n", any ? "" : " (no RING_* setting: library defaults)");
-    if (g_nranks > 1)
+    if (g_nranks > 1) {
         fprintf(f, "# transport (rank 0's ring edges): from the left %s, to the right %s%s\n",
                 ring__tp_of(g_comm->recv_left)->name, ring__tp_of(g_comm->send_right)->name,
                 g_comm->all_shm ? " (every ring edge within one host)" : "");
+        /* The links the collectives and the probes use: each rank sends to the next. */
+        char order[256];
+        fprintf(f, "# ring order: %s; each rank sends to the next, the probes measure these links\n",
+                ring__topo_order_str(g_comm->peers, g_comm->order, g_nranks, order, sizeof order));
+    }
     pc_print_date(f);
     pc_print_link(f, link);
     fprintf(f, "# time: median over iterations of the max over ranks; bytes = full buffer; busbw factor ");

@@ -22,6 +22,10 @@
 #       on a GPU, or exit 77 with the reason.
 #   perf_output.sh nocuda RINGRUN RING_PERF
 #       builds without CUDA: -G cuda and -G both exit 77 saying so.
+#   perf_output.sh ring-order RINGRUN RING_PERF
+#       3 ranks on stand-in hosts x, y, x (RING_HOST_ID): the ring runs 0 2 1, not in rank
+#       order; the probes measure its links (they used rank -/+ 1, which has no connection, and
+#       the job failed), the header says which, and the sweep is checked.
 set -euo pipefail
 
 SKIP=77
@@ -246,8 +250,25 @@ nocuda)
         echo "ok: -G $mem: $(grep -m1 'no CUDA' <<<"$out")"
     done
     ;;
+ring-order)
+    ringrun=$1 perf=$2
+    # shellcheck disable=SC2016 # expanded by the bash that ringrun starts for each rank
+    hosts='h=(x y x); export RING_HOST_ID=${h[$RING_RANK]}; exec "$@"'
+    st=0
+    out=$("$ringrun" -n 3 --no-prefix --timeout 120 bash -c "$hosts" bash "$perf" -b 4 -e 1M -f 16 -n 2 -w 1 -c 1 \
+              --probe-bytes 4M 2>&1) || st=$?
+    if [[ $st != 0 ]] || ! grep -q '^# ring order: 0 2 | 1 (2 hosts); each rank sends to the next' <<<"$out" \
+        || ! grep -q '^# alpha [0-9.e+-]* us (ring token pass, .*)  link [0-9.e+-]* GB/s .*(ring streaming, 4 MiB' <<<"$out" \
+        || ! grep -q '^# Out of bounds values : 0 OK$' <<<"$out"; then
+        echo "FAIL: hosts x y x: exit $st (want 0), or no ring order 0 2 | 1, probed alpha and link, or OK:" >&2
+        printf '%s\n' "$out" >&2
+        exit 1
+    fi
+    echo "ok: hosts x y x: $(grep -m1 '^# ring order' <<<"$out")"
+    echo "ok: $(grep -m1 '^# alpha' <<<"$out")"
+    ;;
 *)
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
