@@ -499,6 +499,18 @@ Test(param, resolve_env_and_config)
     setenv("RING_NSOCKS", "1", 1);
     setenv("RING_CHUNK_BYTES", "3", 1); /* below the minimum */
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    unsetenv("RING_CHUNK_BYTES");
+    /* Socket buffers below 64 KiB made TCP crawl (seconds per 64 KiB) without ever timing out. */
+    static const char *const sockbuf_bad[] = {"1", "4K", "65535"}, *const sockbuf_ok[] = {"0", "64K", "1G"};
+    for (int i = 0; i < 3; i++) {
+        setenv("RING_SOCKBUF_BYTES", sockbuf_bad[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "%s", sockbuf_bad[i]);
+        cr_assert(strstr(ring_comm_last_error(NULL), "RING_SOCKBUF_BYTES=") &&
+                      strstr(ring_comm_last_error(NULL), "[65536, "),
+                  "%s", ring_comm_last_error(NULL));
+        setenv("RING_SOCKBUF_BYTES", sockbuf_ok[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s: %s", sockbuf_ok[i], ring_comm_last_error(NULL));
+    }
     clear_env();
 }
 
@@ -1074,6 +1086,17 @@ Test(comm, init_argument_errors)
     cr_assert_eq(ring_comm_init(&c, 2, 2, "127.0.0.1:1"), RING_ERR_INVALID_ARG);
     cr_assert_eq(ring_comm_init(&c, 2, 0, NULL), RING_ERR_INVALID_ARG);
     cr_assert_eq(ring_comm_init(NULL, 2, 0, "127.0.0.1:1"), RING_ERR_INVALID_ARG);
+    /* A malformed root fails one rank too (it passed there, to fail the same program at two);
+     * NULL or "" is still one rank's "no root". */
+    static const char *const bad_roots[] = {"127.0.0.1:4x", "127.0.0.1", ":0", "127.0.0.1:65536", "::1:4000"};
+    for (size_t i = 0; i < sizeof bad_roots / sizeof bad_roots[0]; i++) {
+        cr_assert_eq(ring_comm_init(&c, 1, 0, bad_roots[i]), RING_ERR_INVALID_ARG, "%s", bad_roots[i]);
+        cr_assert(strstr(ring_comm_last_error(NULL), "bad root address"), "%s", ring_comm_last_error(NULL));
+    }
+    cr_assert_eq(ring_comm_init(&c, 1, 0, ""), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_eq(ring_comm_destroy(c), RING_OK);
+    cr_assert_eq(ring_comm_init(&c, 1, 0, "localhost:29500"), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_eq(ring_comm_destroy(c), RING_OK);
     cr_assert_eq(ring_allreduce(NULL, NULL, NULL, 0, RING_FLOAT32, RING_SUM), RING_ERR_INVALID_ARG);
     cr_assert_eq(ring_wait(NULL), RING_ERR_INVALID_ARG);
 }

@@ -761,6 +761,14 @@ ring_result_t ring_comm_init_config(ring_comm_t **out, int nranks, int rank, con
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: rank %d / nranks %d out of range", rank, nranks);
     if (nranks > 1 && (!root_addr || !*root_addr))
         return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: root_addr is required when nranks > 1");
+    if (root_addr && *root_addr) {
+        /* One rank connects nothing, but a typo that passes there must not wait to fail the
+         * same program at two ranks. */
+        char h[256], pt[16];
+        if (ring__parse_hostport(root_addr, h, sizeof h, pt, sizeof pt) != 0)
+            return ring__seterr(NULL, RING_ERR_INVALID_ARG, "ring_comm_init: bad root address \"%s\": expected host:port or [ipv6]:port",
+                                root_addr);
+    }
     pthread_once(&atfork_once, atfork_install);
     ring_comm_t *comm = calloc(1, sizeof *comm);
     if (!comm) return ring__seterr(NULL, RING_ERR_NOMEM, "ring_comm_init: out of memory");
