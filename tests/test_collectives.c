@@ -875,6 +875,20 @@ Test(collectives, tcp_settings_that_differ_fail_init_on_every_rank, .timeout = 1
     run_initfail_job(&job, "RING_NSOCKS differs between ranks");
 }
 
+/* Ranks of one host with another RING_SHM_DIR, or RING_SM_MAX_BYTES=0 on some only: the others
+ * waited out RING_TIMEOUT_MS for a shared page that was never made or made elsewhere ("is
+ * RING_SHM_DIR the same on every rank?"). Each rank's bootstrap entry carries both (the
+ * directory as a hash), so every rank fails init at once naming the variable. */
+Test(collectives, shm_settings_that_differ_fail_init_on_every_rank, .timeout = 120)
+{
+    static const char *const odd_sm[] = {"RING_SM_MAX_BYTES=0", NULL};
+    static const char *const odd_dir[] = {"RING_SHM_DIR=/tmp", NULL};
+    job_t job = {.nranks = 3, .seed = seed_for(0xd404), .env_odd = odd_sm};
+    run_initfail_job(&job, "it must be equal on all ranks (0 on some would leave the others waiting for the shared page)");
+    job = (job_t){.nranks = 3, .seed = seed_for(0xd405), .env_odd = odd_dir};
+    run_initfail_job(&job, "with another RING_SHM_DIR than this rank");
+}
+
 /* A rank whose data address is a loopback one, in a job that spans machines: its peers on the
  * other machine could only retry that address until the timeout. Rank 1 of 3 says it runs on
  * another machine (RING_TEST_KERNEL: another boot id); every rank's address is 127.0.0.1 (the

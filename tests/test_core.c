@@ -971,6 +971,15 @@ Test(bootstrap, hello_roundtrip_and_rejections)
 
     cr_assert_not_null(ring__hello_parse(buf, other, &rank, &nranks, &got, &code));
     cr_assert_eq(code, RING_ERR_AUTH);
+    /* Another version: named with both numbers where the secret is the job's, a stranger's
+     * secret first otherwise. */
+    unsigned char ver[RING__HELLO_LEN];
+    memcpy(ver, buf, sizeof ver);
+    ring__put32(ver + 4, 7);
+    const char *why = ring__hello_parse(ver, secret, &rank, &nranks, &got, &code);
+    cr_assert(why && strstr(why, "rank 3 runs ringcomm protocol version 7") && code == RING_ERR_AUTH, "%s", why);
+    why = ring__hello_parse(ver, other, &rank, &nranks, &got, &code);
+    cr_assert(why && strstr(why, "wrong job secret"), "%s", why);
 
     unsigned char bad[RING__HELLO_LEN];
     memcpy(bad, buf, sizeof bad);
@@ -1180,16 +1189,21 @@ Test(comm, root_waits_then_names_missing_ranks)
 #include <unistd.h>
 
 typedef struct pair_arg {
-    int rank;
+    int rank, nranks; /* nranks 0: 2 */
     char root[64];
     ring_comm_t *comm;
     ring_result_t rc;
+    double ms; /* how long init took */
 } pair_arg;
+
+static double now_ms(void);
 
 static void *init_thread(void *p)
 {
     pair_arg *a = p;
-    a->rc = ring_comm_init(&a->comm, 2, a->rank, a->root);
+    double t0 = now_ms();
+    a->rc = ring_comm_init(&a->comm, a->nranks ? a->nranks : 2, a->rank, a->root);
+    a->ms = now_ms() - t0;
     return NULL;
 }
 
@@ -1251,6 +1265,75 @@ Test(pair, allreduce_between_two_threads)
     for (int i = 0; i < 1000; i++) cr_assert(b0[i] == 3.0f * i && b1[i] == 3.0f * i, "element %d", i);
     ring_comm_destroy(c0);
     ring_comm_destroy(c1);
+}
+
+/* A rank of the job (the right secret) that runs another protocol version (another ringcomm
+ * build) fails the job at once on the root and on every rank that joined, naming both
+ * versions; the root used to turn it away and wait out RING_TIMEOUT_MS with "missing rank(s)
+ * 2". Rank 2 here is a raw socket that sends a HELLO of version 8. */
+Test(bootstrap, a_rank_of_another_protocol_version_fails_the_job_at_once, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_SECRET", "00112233445566778899aabbccddeeff", 1);
+    setenv("RING_TIMEOUT_MS", "20000", 1);
+    char logpath[] = "/tmp/ringlog-version-XXXXXX";
+    int lfd = mkstemp(logpath);
+    cr_assert_geq(lfd, 0);
+    close(lfd);
+    setenv("RING_DEBUG", "TRACE", 1);
+    setenv("RING_DEBUG_SUBSYS", "INIT", 1);
+    setenv("RING_DEBUG_FILE", logpath, 1);
+    ring__params_t prm;
+    cr_assert_eq(ring__params_resolve(&prm, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    pair_arg a[2];
+    pthread_t t[2];
+    int port = free_port();
+    for (int r = 0; r < 2; r++) {
+        a[r] = (pair_arg){.rank = r, .nranks = 3};
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+        pthread_create(&t[r], NULL, init_thread, &a[r]);
+    }
+    /* Rank 2 only once rank 1 joined (the root's TRACE line), so that rank 1 hears the reason. */
+    char text[16384] = "";
+    for (int i = 0; i < 1000 && !strstr(text, "rank 1 joined"); i++) {
+        usleep(10000);
+        FILE *f = fopen(logpath, "r");
+        if (!f) continue;
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+    }
+    cr_assert(strstr(text, "rank 1 joined"), "rank 1 never joined: %s", text);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
+    ring__peer_info_t info;
+    memset(&info, 0, sizeof info);
+    info.addr.len = sizeof sa;
+    memcpy(info.addr.data, &sa, sizeof sa);
+    strcpy(info.host, "elsewhere");
+    strcpy(info.bootid, "other-build");
+    unsigned char hello[RING__HELLO_LEN];
+    ring__hello_build(hello, prm.secret, 2, 3, &info);
+    ring__put32(hello + 4, 8);
+    cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+    unsigned char rej[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN + 1] = {0};
+    size_t got = 0;
+    for (ssize_t k; got < sizeof rej - 1 && (k = read(fd, rej + got, sizeof rej - 1 - got)) > 0;) got += (size_t)k;
+    close(fd);
+    cr_assert(strstr((char *)rej + RING__TABLE_HDR_LEN, "rank 2 runs ringcomm protocol version 8"), "REJECT: %s",
+              (char *)rej + RING__TABLE_HDR_LEN);
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    unlink(logpath);
+    for (int r = 0; r < 2; r++) {
+        const char *m = ring_comm_last_error(a[r].comm);
+        cr_assert_eq(a[r].rc, RING_ERR_AUTH, "rank %d: %s: %s", r, ring_result_name(a[r].rc), m);
+        cr_assert(strstr(m, "rank 2 runs ringcomm protocol version 8") && strstr(m, "same ringcomm build"), "rank %d: %s",
+                  r, m);
+        cr_assert_lt(a[r].ms, 10000, "rank %d took %.0f ms: the root waited for its timeout", r, a[r].ms);
+        ring_comm_destroy(a[r].comm);
+    }
+    clear_env();
 }
 
 Test(pair, abort_from_another_thread_unblocks_the_call)

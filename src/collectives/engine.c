@@ -35,7 +35,7 @@
 #include "watch.h"
 
 #define DESC_LEN RING__DESC_LEN
-#define DESC_MAGIC 0x5247504fu /* "RGOP" */
+#define DESC_MAGIC 0x5247504fu /* "RGOP"; a change of the descriptor changes BS_VERSION (bootstrap.c) */
 
 /* Fields that do not apply to a collective are zeroed so that they never cause a mismatch. */
 void ring__desc_build(unsigned char *b, const ring__opdesc_t *op, int algo)

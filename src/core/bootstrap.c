@@ -11,7 +11,10 @@
  *  3. rank 0 accepts in a poll loop and reads each connection as soon as it has accepted it
  *     (a burst of ranks must not push each other out). Each has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
- *     duplicate rank gets a REJECT frame (24-byte header + 160-byte reason) and is closed. No
+ *     duplicate rank gets a REJECT frame (24-byte header + 480-byte reason) and is closed; one
+ *     with the job's secret but another version also fails the job at once, on the root and
+ *     every rank that joined (nothing can make those ranks agree), and the root's timeout
+ *     names the last connection it turned away. No
  *     stranger can stall or break the job: at most 64 unauthenticated connections are held,
  *     the oldest dropped first.
  *  4. When all ranks joined, rank 0 sends each one TABLE: 24-byte header (magic "RGBT", type,
@@ -41,8 +44,15 @@
 
 #define BS_MAGIC 0x52474253u    /* "RGBS" */
 #define TABLE_MAGIC 0x52474254u /* "RGBT" */
-/* 7: RING_NSOCKS in the flags may be 0, auto (6 had only 1-16, and 2 by default) */
-#define BS_VERSION 8u /* 8: 480-byte REJECT text */
+/* The version of everything ranks of one job must share, not of the bootstrap alone: it
+ * changes with the TCP handshake (RING__TCP_VERSION), the shared-memory segment and page
+ * layouts and names, and the collective descriptor, so that ranks of different builds fail
+ * here, naming both versions, instead of in a later step that cannot tell (a 0.1.0 and a
+ * later rank on one host each waited out RING_TIMEOUT_MS for a page the other named
+ * differently). 7: RING_NSOCKS in the flags may be 0, auto (6 had only 1-16, and 2 by
+ * default); 8: 480-byte REJECT text; 9: the shared pages' keyed names (4f61f3d) and refusal by
+ * size (2ec6bfb), RING_SM_MAX_BYTES and RING_SHM_DIR in the flags. */
+#define BS_VERSION 9u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64
@@ -259,8 +269,18 @@ const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16]
     *code = RING_ERR_PROTOCOL;
     if (ring__get32(buf) != BS_MAGIC) return "not a ringcomm bootstrap connection (bad magic)";
     *code = RING_ERR_AUTH;
-    if (ring__get32(buf + 4) != BS_VERSION) return "bootstrap protocol version differs from the root's";
+    /* The secret first: it has been at offset 8 in every version, so a rank of the job is told
+     * from a stranger whatever its version (and the root fails the job for it: root_gather). */
     if (!ring__secret_equal(buf + 8, secret, 16)) return "wrong job secret (RING_SECRET differs from the root's)";
+    if (ring__get32(buf + 4) != BS_VERSION) {
+        static _Thread_local char why[RING__REJECT_MSG_LEN];
+        snprintf(why, sizeof why,
+                 "rank %u runs ringcomm protocol version %u, the root (ringcomm %d.%d.%d) version %u: every rank must "
+                 "run the same ringcomm build",
+                 ring__get32(buf + 28), ring__get32(buf + 4), RING_VERSION_MAJOR, RING_VERSION_MINOR, RING_VERSION_PATCH,
+                 BS_VERSION);
+        return why;
+    }
     *nranks = ring__get32(buf + 24);
     *rank = ring__get32(buf + 28);
     *code = RING_ERR_PROTOCOL;
@@ -313,6 +333,12 @@ typedef struct gather {
     pend *p;
     int np, joined;
     int64_t deadline;
+    /* The last connection turned away, for the timeout's message: "missing rank 1" alone hid
+     * that rank 1 came and was rejected (its log at WARN, which is off by default). */
+    char rejected[RING__REJECT_MSG_LEN + 80];
+    /* A rank of this job (the right secret) that cannot take part whatever happens next: its
+     * protocol version differs. The job fails at once, on every rank that joined. */
+    int fatal;
 } gather;
 
 static void drop(gather *g, int i)
@@ -364,7 +390,12 @@ static int settle(gather *g, int i, int64_t now)
     }
     if (why[0]) {
         RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: rejected %s: %s", ring__addr_str(&c->from, b, sizeof b), why);
-        if (code != RING_ERR_PROTOCOL) send_reject(c->fd, code, why, g->deadline);
+        if (code != RING_ERR_PROTOCOL) {
+            send_reject(c->fd, code, why, g->deadline);
+            snprintf(g->rejected, sizeof g->rejected, "%s: %s", ring__addr_str(&c->from, b, sizeof b), why);
+            g->fatal |= code == RING_ERR_AUTH && ring__get32(c->buf + 4) != BS_VERSION &&
+                        ring__secret_equal(c->buf + 8, comm->params.secret, 16);
+        }
         drop(g, i);
         return 1;
     }
@@ -413,14 +444,15 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, const
             /* Debian's /etc/hosts maps the machine's own name to 127.0.1.1: RING_ROOT=$(hostname)
              * then listens where only this host's ranks can come. */
             rc = ring__seterr(comm, RING_ERR_TIMEOUT,
-                              "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s%s",
+                              "bootstrap: timed out after %d ms at root %s: %d of %d ranks joined; missing rank(s) %s%s%s%s%s",
                               comm->params.timeout_ms, ring__addr_str(root, b, sizeof b), g.joined, n, missing,
                               o >= sizeof missing - 16 ? ", ..." : "",
                               debian_own_name(root)
                                   ? " (the root listens on a loopback address, which ranks on other hosts cannot "
                                     "reach: does RING_ROOT's host name resolve to 127.0.1.1 here, as /etc/hosts has "
                                     "it on Debian?)"
-                                  : "");
+                                  : "",
+                              g.rejected[0] ? "; the root turned away " : "", g.rejected);
             break;
         }
         struct pollfd fds[MAX_PENDING + RING__ROOT_ADDRS_MAX + 1];
@@ -470,6 +502,10 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, const
         }
         for (int i = 0; i < g.np;)
             if (!settle(&g, i, now)) i++;
+        if (g.fatal) {
+            rc = ring__seterr(comm, RING_ERR_AUTH, "bootstrap: the root turned away %s", g.rejected);
+            break;
+        }
     }
 out:
     for (int i = 0; i < g.np; i++) close(g.p[i].fd);

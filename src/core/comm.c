@@ -659,6 +659,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
+    mine.flags |= ring__peer_shm_flags(comm->params.sm_max_bytes, comm->params.shm_dir);
     RING_CHECK(ring__bootstrap_init(comm, roots, nroots, &mine, comm->peers, deadline));
     RING_CHECK(ring__watch_open(comm));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
@@ -686,6 +687,21 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                                   !ours && shared[k].zero ? shared[k].zero : o, shared[k].name);
                 goto fail;
             }
+        }
+        if ((p->flags ^ mine.flags) & RING__PEER_SM_PAGE) {
+            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                              "rank %d (%s, pid %u) runs with RING_SM_MAX_BYTES %s0, this rank %s0 (%zu): it must be "
+                              "equal on all ranks (0 on some would leave the others waiting for the shared page)",
+                              r, p->host, p->pid, p->flags & RING__PEER_SM_PAGE ? "above " : "= ",
+                              mine.flags & RING__PEER_SM_PAGE ? "above " : "= ", comm->params.sm_max_bytes);
+            goto fail;
+        }
+        if (((p->flags ^ mine.flags) & RING__PEER_SHMDIR_MASK) && ring__topo_same_host(p, &mine)) {
+            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
+                              "rank %d (%s, pid %u) on this host runs with another RING_SHM_DIR than this rank (\"%s\"): "
+                              "ranks of one host must use the same directory",
+                              r, p->host, p->pid, comm->params.shm_dir);
+            goto fail;
         }
     }
 

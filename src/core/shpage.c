@@ -34,7 +34,7 @@
 
 #define HDR_BYTES ((size_t)4096)
 #define SHPAGE_MAGIC 0x52475350u /* "RGSP" */
-#define SHPAGE_VERSION 1u
+#define SHPAGE_VERSION 1u /* change BS_VERSION (bootstrap.c) with it, and with the page's name */
 
 /* The file: a header page, then the body in whole pages. */
 static size_t file_bytes(size_t body_bytes) { return HDR_BYTES + ((body_bytes + 4095) & ~(size_t)4095); }
@@ -119,7 +119,7 @@ static ring_result_t open_made(ring_comm_t *comm, const char *path, const char *
         if (ring__now_ns() > deadline)
             return ring__seterr(comm, RING_ERR_TIMEOUT,
                                 "%s: rank 0 did not make %s within %d ms (RING_TIMEOUT_MS); is RING_SHM_DIR the same on "
-                                "every rank?",
+                                "every rank, and do they all run the same ringcomm build?",
                                 what, path, comm->params.timeout_ms);
         ring__nap_ns(200000);
     }

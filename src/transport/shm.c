@@ -80,7 +80,7 @@
 #define SEG_MAGIC 0x52475347u   /* "RGSG" */
 #define OFFER_MAGIC 0x5247534fu /* "RGSO" */
 #define ACK_MAGIC 0x52475341u   /* "RGSA" */
-#define SEG_VERSION 4u
+#define SEG_VERSION 4u /* change BS_VERSION (bootstrap.c) with it */
 #define OFFER_LEN 256
 #define OFFER_TEXT 240
 #define ACK_LEN 8

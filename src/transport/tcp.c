@@ -706,7 +706,12 @@ const char *ring__tcp_hs_check(const unsigned char *h, const uint8_t secret[16],
     *rank = ring__get32(h + 24);
     *idx = ring__get32(h + 28);
     if (ring__get32(h) != HS_MAGIC) return "not a ringcomm data connection (bad magic)";
-    if ((ver & 0xffff) != RING__TCP_VERSION) return "protocol version differs";
+    if ((ver & 0xffff) != RING__TCP_VERSION) {
+        static _Thread_local char why[96];
+        snprintf(why, sizeof why, "data protocol version %u differs from this rank's %u (another ringcomm build)",
+                 ver & 0xffff, RING__TCP_VERSION);
+        return why;
+    }
     if (!ring__secret_equal(h + 8, secret, 16)) return "wrong job secret";
     if (ring__get64(h + 32) != nonce) return "belongs to another job instance";
     if (((ver >> 16) & 0xff) != (uint32_t)nsocks) return "RING_NSOCKS differs between ranks";

@@ -167,7 +167,9 @@ void ring__shm_hold(int fd);
  * 0 good, 1 bad magic, 2 wrong sequence, 3 wrong length.
  */
 /* The data protocol's version, in the handshake: ranks of builds that frame messages
- * differently refuse each other there. 2 since 2026-11-29: every header on socket 0. */
+ * differently refuse each other there. 2 since 2026-11-29: every header on socket 0. Change
+ * BS_VERSION (bootstrap.c) with it, so that such ranks fail at the bootstrap, every rank
+ * naming both versions, before a socket is made. */
 #define RING__TCP_VERSION 2u
 #define RING__TCP_HS_LEN 40
 #define RING__TCP_HDR_LEN 16
