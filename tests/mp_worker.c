@@ -1454,7 +1454,11 @@ static int scenario_large(uint64_t seed)
         wlog("the large scenario is for 2 ranks");
         return EXIT_SETUP;
     }
-    const size_t count = ((size_t)1 << 31) + 3, each = ((size_t)1 << 30) + 1;
+    /* Past 2^32 bytes, where a byte count cut to 32 bits would be small again (below it, such a
+     * cut changes nothing and the test could not see it): 2^32 + 5 for all-reduce and
+     * broadcast, 2 x (2^31 + 2) = count - 1 for all-gather and reduce-scatter (the byte after
+     * theirs is a guard). */
+    const size_t count = ((size_t)1 << 32) + 5, each = ((size_t)1 << 31) + 2;
     const size_t tail = 4096;
     unsigned char *buf = mmap(NULL, count + tail, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (buf == MAP_FAILED) {
@@ -1752,6 +1756,35 @@ static int scenario_relaywait(uint64_t seed)
  * thread's own mode must be as it set it afterwards. Then the same on a second communicator
  * made while that mode was set, whose progress thread starts with it.
  */
+/* Communicators made one after another in one process (elastic restarts, retries): four rounds
+ * of init, a checked all-reduce and destroy. Init's errors are this scenario's (exit 2), not the
+ * harness's retry on a root port in use. */
+static int scenario_rounds(uint64_t seed)
+{
+    (void)seed;
+    for (int round = 0; round < 4; round++) {
+        ring_comm_t *comm = NULL;
+        ring_result_t rc = ring_comm_init_env(&comm);
+        if (rc != RING_OK) {
+            wlog("round %d: init: %s: %s", round, ring_result_name(rc), ring_comm_last_error(comm));
+            ring_comm_destroy(comm);
+            return EXIT_LIB;
+        }
+        int64_t v[3] = {g_rank, round, 1}, want[3] = {(int64_t)g_nranks * (g_nranks - 1) / 2, (int64_t)round * g_nranks, g_nranks};
+        rc = ring_allreduce(comm, v, v, 3, RING_INT64, RING_SUM);
+        if (rc != RING_OK || memcmp(v, want, sizeof v)) {
+            wlog("round %d: all-reduce: %s: %s", round, ring_result_name(rc), ring_comm_last_error(comm));
+            return rc != RING_OK ? EXIT_LIB : EXIT_CHECK;
+        }
+        if ((rc = ring_comm_destroy(comm)) != RING_OK) {
+            wlog("round %d: destroy: %s", round, ring_result_name(rc));
+            return EXIT_LIB;
+        }
+    }
+    write_checked(4);
+    return 0;
+}
+
 static void tick(int sig) { (void)sig; }
 
 /* A program with a periodic timer signal (a sampling profiler's SIGALRM or SIGPROF), every
@@ -1957,7 +1990,7 @@ int main(int argc, char **argv)
         {"backtoback", scenario_backtoback}, {"barrier", scenario_barrier},   {"large", scenario_large},
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
         {"mismatch", scenario_mismatch}, {"relaywait", scenario_relaywait},
-        {"fpmode", scenario_fpmode}, {"ticking", scenario_ticking},
+        {"fpmode", scenario_fpmode}, {"ticking", scenario_ticking}, {"rounds", scenario_rounds},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

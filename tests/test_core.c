@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include "bootstrap.h"
 #include "clear_env.h"
@@ -500,13 +501,13 @@ Test(param, resolve_env_and_config)
     setenv("RING_CHUNK_BYTES", "3", 1); /* below the minimum */
     cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
     unsetenv("RING_CHUNK_BYTES");
-    /* Socket buffers below 64 KiB made TCP crawl (seconds per 64 KiB) without ever timing out. */
-    static const char *const sockbuf_bad[] = {"1", "4K", "65535"}, *const sockbuf_ok[] = {"0", "64K", "1G"};
+    /* Socket buffers below 16 KiB made TCP crawl (seconds per 64 KiB) without ever timing out. */
+    static const char *const sockbuf_bad[] = {"1", "4K", "16383"}, *const sockbuf_ok[] = {"0", "16K", "1G"};
     for (int i = 0; i < 3; i++) {
         setenv("RING_SOCKBUF_BYTES", sockbuf_bad[i], 1);
         cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "%s", sockbuf_bad[i]);
         cr_assert(strstr(ring_comm_last_error(NULL), "RING_SOCKBUF_BYTES=") &&
-                      strstr(ring_comm_last_error(NULL), "[65536, "),
+                      strstr(ring_comm_last_error(NULL), "[16384, "),
                   "%s", ring_comm_last_error(NULL));
         setenv("RING_SOCKBUF_BYTES", sockbuf_ok[i], 1);
         cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s: %s", sockbuf_ok[i], ring_comm_last_error(NULL));
@@ -1334,6 +1335,76 @@ Test(bootstrap, a_rank_of_another_protocol_version_fails_the_job_at_once, .timeo
         ring_comm_destroy(a[r].comm);
     }
     clear_env();
+}
+
+/* Two ranks as threads of this process, with no Criterion assertion (for forked children):
+ * RING_OK when both inits, one all-reduce and both destroys went well. */
+static ring_result_t pair_round_plain(int port)
+{
+    pair_arg a[2];
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        a[r] = (pair_arg){.rank = r};
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+        pthread_create(&t[r], NULL, init_thread, &a[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    ring_result_t rc = a[0].rc != RING_OK ? a[0].rc : a[1].rc;
+    if (rc == RING_OK) {
+        float b0[64], b1[64];
+        for (int i = 0; i < 64; i++) b0[i] = (float)i, b1[i] = 1.0f;
+        coll_arg c0 = {.comm = a[0].comm, .count = 64, .buf = b0}, c1 = {.comm = a[1].comm, .count = 64, .buf = b1};
+        pthread_create(&t[0], NULL, allreduce_thread, &c0);
+        pthread_create(&t[1], NULL, allreduce_thread, &c1);
+        pthread_join(t[0], NULL);
+        pthread_join(t[1], NULL);
+        rc = c0.rc != RING_OK ? c0.rc : c1.rc;
+        for (int i = 0; i < 64 && rc == RING_OK; i++)
+            if (b0[i] != i + 1.0f || b1[i] != i + 1.0f) rc = RING_ERR_INTERNAL;
+    }
+    if (a[0].rc == RING_OK) ring_comm_destroy(a[0].comm);
+    if (a[1].rc == RING_OK) ring_comm_destroy(a[1].comm);
+    return rc;
+}
+
+/* fork() while another thread of the process is in its first ring_comm_init (loading the
+ * topology): the child's own first communicator hung for good, its init threads waiting for a
+ * lock the parent's loading thread held at the fork (api.md: a child may make communicators
+ * of its own). Each try is a fresh process (the topology is loaded once per process), forking
+ * at another moment of that load; the grandchild has 20 s for its own pair. */
+Test(pair, a_child_forked_during_the_parents_first_init_makes_its_own_communicator, .timeout = 240)
+{
+    clear_env();
+    for (int k = 0; k < 12; k++) {
+        int p1 = free_port(), p2 = free_port();
+        pid_t mid = fork();
+        cr_assert_geq(mid, 0);
+        if (mid == 0) {
+            pair_arg a[2];
+            pthread_t t[2];
+            for (int r = 0; r < 2; r++) {
+                a[r] = (pair_arg){.rank = r};
+                snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", p1);
+                pthread_create(&t[r], NULL, init_thread, &a[r]);
+            }
+            usleep((useconds_t)(200 + k * 1500));
+            pid_t kid = fork();
+            if (kid == 0) {
+                alarm(20);
+                _exit(pair_round_plain(p2) == RING_OK ? 0 : 3);
+            }
+            int st = 0;
+            waitpid(kid, &st, 0);
+            for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+            for (int r = 0; r < 2; r++)
+                if (a[r].rc == RING_OK) ring_comm_destroy(a[r].comm);
+            _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 100 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0));
+        }
+        int st = 0;
+        waitpid(mid, &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork %d us into the first init: the child %s", 200 + k * 1500,
+                  WIFEXITED(st) && WEXITSTATUS(st) == 100 + SIGALRM ? "hung (killed by its 20 s alarm)" : "failed");
+    }
 }
 
 Test(pair, abort_from_another_thread_unblocks_the_call)

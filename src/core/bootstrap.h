@@ -68,7 +68,9 @@ static inline uint32_t ring__peer_tcp_flags(int nsocks, int duplex)
 /* Bit 14: RING_SM_MAX_BYTES is not 0 (the rank opens the shared-memory all-reduce's page when
  * all ranks share a host); bits 16-23: a hash of RING_SHM_DIR. In the table, so that ranks that
  * differ fail init at once on every rank, naming the variable: with another directory, or the
- * page on some ranks only, the others waited out RING_TIMEOUT_MS for a page that never came. */
+ * page on some ranks only, the others waited out RING_TIMEOUT_MS for a page that never came.
+ * Compared where it matters: the bit when all ranks share one host, the directory between
+ * ranks of one host (comm.c). */
 #define RING__PEER_SM_PAGE (1u << 14)
 #define RING__PEER_SHMDIR_SHIFT 16
 #define RING__PEER_SHMDIR_MASK (0xffu << RING__PEER_SHMDIR_SHIFT)

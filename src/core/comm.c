@@ -664,6 +664,8 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     RING_CHECK(ring__watch_open(comm));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */
+    int one_host = 1; /* where the shared-memory all-reduce's page is made (sm.c) */
+    for (int r = 0; r < n; r++) one_host &= ring__topo_same_host(&comm->peers[r], &mine);
     for (int r = 0; r < n; r++) {
         const ring__peer_info_t *p = &comm->peers[r];
         if (p->layout != mine.layout) {
@@ -688,7 +690,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                 goto fail;
             }
         }
-        if ((p->flags ^ mine.flags) & RING__PEER_SM_PAGE) {
+        if (one_host && ((p->flags ^ mine.flags) & RING__PEER_SM_PAGE)) {
             rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
                               "rank %d (%s, pid %u) runs with RING_SM_MAX_BYTES %s0, this rank %s0 (%zu): it must be "
                               "equal on all ranks (0 on some would leave the others waiting for the shared page)",

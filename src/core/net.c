@@ -282,34 +282,35 @@ int ring__set_nonblock(int fd)
 }
 
 /* The listening socket behind ring__listen and ring__listen_quiet: 0, or the errno of the
- * step named in *step. */
+ * step named in *step. A RING_PORT_RANGE port is tried with SO_REUSEADDR: its only users may
+ * be TIME_WAIT connections of a communicator destroyed less than a minute ago, and without it
+ * a range of one port per process ran out at the second communicator. Then two processes can
+ * bind one port, and only listen() tells: each port gets a socket of its own, and the next
+ * port is tried where either step finds it in use. */
 static int open_listener(ring__sockaddr_t *addr, int reuse, int port_lo, int port_hi, int *fdp, const char **step)
 {
-    *step = "socket";
-    int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno;
-    ring__fd_own(fd);
-    int one = 1;
-    if (reuse) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int err = 0;
-    *step = "bind";
-    if (port_lo > 0) {
-        err = EADDRINUSE;
-        for (int p = port_lo; p <= port_hi && err; p++) {
-            ring__addr_set_port(addr, p);
-            err = bind(fd, (struct sockaddr *)&addr->ss, addr->len) == 0 ? 0 : errno;
-        }
-    } else {
+    int lo = port_lo > 0 ? port_lo : 0, hi = port_lo > 0 ? port_hi : 0, err = EADDRINUSE, fd = -1;
+    for (int p = lo; p <= hi; p++) {
+        *step = "socket";
+        fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) return errno;
+        ring__fd_own(fd);
+        int one = 1;
+        if (reuse || port_lo > 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        *step = "bind";
+        if (port_lo > 0) ring__addr_set_port(addr, p);
         err = bind(fd, (struct sockaddr *)&addr->ss, addr->len) == 0 ? 0 : errno;
-    }
-    if (!err) {
-        *step = "listen";
-        err = listen(fd, 256) == 0 ? 0 : errno;
-    }
-    if (err) {
+        if (!err) {
+            *step = "listen";
+            err = listen(fd, 256) == 0 ? 0 : errno;
+        }
+        if (!err) break;
         close(fd);
-        return err;
+        fd = -1;
+        if (err != EADDRINUSE || port_lo <= 0) return err;
+        *step = "bind"; /* the range is used up: say so as the bind that found it */
     }
+    if (err) return err;
     addr->len = sizeof addr->ss;
     getsockname(fd, (struct sockaddr *)&addr->ss, &addr->len);
     *fdp = fd;
