@@ -383,8 +383,17 @@ void ring__fd_own(int fd)
     pthread_mutex_unlock(&owned_mu);
 }
 
+/* Readers: threads inside such calls; the writer: fork_prepare. glibc's default prefers
+ * readers, so a guarded call inside another never waits for a fork that waits for it. */
+static pthread_rwlock_t fork_guard = PTHREAD_RWLOCK_INITIALIZER;
+
+void ring__fork_guard_enter(void) { pthread_rwlock_rdlock(&fork_guard); }
+void ring__fork_guard_leave(void) { pthread_rwlock_unlock(&fork_guard); }
+
 static void fork_prepare(void)
 {
+    /* First: a guarded call may take the locks below (a socket it records), never the reverse. */
+    pthread_rwlock_wrlock(&fork_guard);
     pthread_mutex_lock(&live_mu);
     pthread_mutex_lock(&owned_mu);
 }
@@ -393,6 +402,7 @@ static void fork_parent(void)
 {
     pthread_mutex_unlock(&owned_mu);
     pthread_mutex_unlock(&live_mu);
+    pthread_rwlock_unlock(&fork_guard);
 }
 
 /* Only async-signal-safe calls (fstat, close): the child of a threaded process. */
@@ -412,6 +422,11 @@ static void fork_child(void)
     atomic_fetch_add_explicit(&live_removals, 1, memory_order_relaxed);
     pthread_mutex_unlock(&owned_mu);
     pthread_mutex_unlock(&live_mu);
+    /* Not unlocked: glibc knows the writer by its thread id, which is another one in the child,
+     * and took the unlock for a reader's (the child's next guarded call hung). The child has no
+     * other thread to hold it. */
+    static const pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
+    fork_guard = fresh;
 }
 
 static void atfork_install(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }

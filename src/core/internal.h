@@ -241,6 +241,12 @@ ring_result_t ring__failed_result(ring_comm_t *comm, const char *what);
  * live when this process was forked from its parent (then unusable here); the text for a
  * handle that is not live here. */
 void ring__fd_own(int fd);
+/* Around calls into libraries that hold a process-wide lock of their own while they run (hwloc's
+ * topology load, libibverbs' device list and opening): fork() waits for every such call to end
+ * (comm.c's atfork handler), or a child could find that lock held for good and hang in its own
+ * first ring_comm_init. */
+void ring__fork_guard_enter(void);
+void ring__fork_guard_leave(void);
 int ring__comm_inherited(const ring_comm_t *comm);
 const char *ring__not_live_text(const ring_comm_t *comm);
 /* The hex field of a file name in RING_SHM_DIR, ringcomm-<uid>-<pid>-<field>-<rest>: a hash keyed

@@ -236,22 +236,17 @@ fail:
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static ring__topo_t *shared;
 
-/* fork() while another thread loads the topology (a first ring_comm_init): the child found
- * shared_mu, and hwloc's own locks, held for good, and its own first init hung. fork() waits
- * for a load in progress to end instead (up to the hwloc load's time: ~15 ms here). */
-static void topo_fork_prepare(void) { pthread_mutex_lock(&shared_mu); }
-static void topo_fork_release(void) { pthread_mutex_unlock(&shared_mu); }
-static pthread_once_t topo_atfork_once = PTHREAD_ONCE_INIT;
-static void topo_atfork(void) { pthread_atfork(topo_fork_prepare, topo_fork_release, topo_fork_release); }
-
 ring_result_t ring__topo_get(ring_comm_t *comm, const ring__topo_t **out)
 {
     ring_result_t rc = RING_OK;
-    pthread_once(&topo_atfork_once, topo_atfork);
+    /* Around shared_mu too: a fork() between the load's end and the unlock would leave it held
+     * in the child. */
+    ring__fork_guard_enter();
     pthread_mutex_lock(&shared_mu);
     if (!shared) rc = ring__topo_load(comm, NULL, &shared);
     *out = shared;
     pthread_mutex_unlock(&shared_mu);
+    ring__fork_guard_leave();
     return rc;
 }
 

@@ -390,8 +390,10 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
     ctx->keep_tcp[0] = k;
     ctx->keep_tcp[1] = k + comm->nranks;
     ctx->nqp = comm->params.ib_qps;
+    ring__fork_guard_enter(); /* libibverbs' device list holds a lock of its own */
     rc = open_port(ctx, why, sizeof why);
     if (rc == RING_OK) rc = pick_gid(ctx, gwhy, sizeof gwhy);
+    ring__fork_guard_leave();
     if (rc == RING_OK && !(ctx->pd = ibv_alloc_pd(ctx->dev))) {
         snprintf(why, sizeof why, "ibv_alloc_pd on %s: %s", ctx->dev_name, strerror(errno));
         rc = RING_ERR_SYSTEM;
