@@ -906,18 +906,27 @@ Test(collectives, a_port_range_of_one_port_per_rank_serves_communicators_one_aft
     run_simple("rounds", 4, 0x9a02, dflt, 120);
 }
 
-/* Ranks of one host with another RING_SHM_DIR, or RING_SM_MAX_BYTES=0 on some only: the others
- * waited out RING_TIMEOUT_MS for a shared page that was never made or made elsewhere ("is
- * RING_SHM_DIR the same on every rank?"). Each rank's bootstrap entry carries both (the
- * directory as a hash), so every rank fails init at once naming the variable. */
-Test(collectives, shm_settings_that_differ_fail_init_on_every_rank, .timeout = 120)
+/* Ranks of one host that do not share RING_SHM_DIR (another directory here; a container's own
+ * /dev/shm, another user or a read-only mount alike), or that share it with RING_SM_MAX_BYTES=0
+ * on some only: the others waited out RING_TIMEOUT_MS for a shared page that was never made or
+ * made elsewhere ("is RING_SHM_DIR the same on every rank?"). Each rank's bootstrap entry
+ * carries what it sees of the directory and the setting: pairs that do not share it use TCP
+ * (and the rest runs: checked results), RING_TRANSPORT=shm fails init naming it, and the
+ * setting that differs fails init on every rank, naming it. */
+Test(collectives, shm_settings_that_differ_fail_init_on_every_rank, .timeout = 240)
 {
     static const char *const odd_sm[] = {"RING_SM_MAX_BYTES=0", NULL};
     static const char *const odd_dir[] = {"RING_SHM_DIR=/tmp", NULL};
+    static const char *const forced[] = {"RING_TRANSPORT=shm", NULL};
     job_t job = {.nranks = 3, .seed = seed_for(0xd404), .env_odd = odd_sm};
     run_initfail_job(&job, "it must be equal on all ranks (0 on some would leave the others waiting for the shared page)");
-    job = (job_t){.nranks = 3, .seed = seed_for(0xd405), .env_odd = odd_dir};
-    run_initfail_job(&job, "with another RING_SHM_DIR than this rank");
+    job = (job_t){.scenario = "rounds", .nranks = 3, .seed = seed_for(0xd405), .env_odd = odd_dir, .deadline_s = 60};
+    job_result_t res;
+    long checked[MAX_RANKS];
+    run_job(&job, &res, checked);
+    remove_outdir(res.outdir);
+    job = (job_t){.nranks = 3, .seed = seed_for(0xd406), .env = forced, .env_odd = odd_dir};
+    run_initfail_job(&job, "does not share RING_SHM_DIR");
 }
 
 /* A rank whose data address is a loopback one, in a job that spans machines: its peers on the

@@ -1268,6 +1268,36 @@ Test(pair, allreduce_between_two_threads)
     ring_comm_destroy(c1);
 }
 
+/* A raw connection to the root at port that says HELLO as rank 2 of 3 with this secret and
+ * protocol version (waiting up to 5 s for the root to listen); the REJECT's text in rej. */
+static void stray_hello(int port, const uint8_t secret[16], uint32_t version, char rej[RING__REJECT_MSG_LEN + 1])
+{
+    int fd = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 500 && fd < 0; i++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) close(fd), fd = -1, usleep(10000);
+    }
+    cr_assert_geq(fd, 0, "the root never listened");
+    ring__peer_info_t info;
+    memset(&info, 0, sizeof info);
+    info.addr.len = sizeof sa;
+    memcpy(info.addr.data, &sa, sizeof sa);
+    strcpy(info.host, "elsewhere");
+    strcpy(info.bootid, "other-build");
+    unsigned char hello[RING__HELLO_LEN];
+    ring__hello_build(hello, secret, 2, 3, &info);
+    ring__put32(hello + 4, version);
+    cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+    unsigned char b[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN] = {0};
+    size_t got = 0;
+    for (ssize_t k; got < sizeof b && (k = read(fd, b + got, sizeof b - got)) > 0;) got += (size_t)k;
+    close(fd);
+    memcpy(rej, b + RING__TABLE_HDR_LEN, RING__REJECT_MSG_LEN);
+    rej[RING__REJECT_MSG_LEN] = '\0';
+}
+
 /* A rank of the job (the right secret) that runs another protocol version (another ringcomm
  * build) fails the job at once on the root and on every rank that joined, naming both
  * versions; the root used to turn it away and wait out RING_TIMEOUT_MS with "missing rank(s)
@@ -1304,26 +1334,9 @@ Test(bootstrap, a_rank_of_another_protocol_version_fails_the_job_at_once, .timeo
         fclose(f);
     }
     cr_assert(strstr(text, "rank 1 joined"), "rank 1 never joined: %s", text);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
-    ring__peer_info_t info;
-    memset(&info, 0, sizeof info);
-    info.addr.len = sizeof sa;
-    memcpy(info.addr.data, &sa, sizeof sa);
-    strcpy(info.host, "elsewhere");
-    strcpy(info.bootid, "other-build");
-    unsigned char hello[RING__HELLO_LEN];
-    ring__hello_build(hello, prm.secret, 2, 3, &info);
-    ring__put32(hello + 4, 8);
-    cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
-    unsigned char rej[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN + 1] = {0};
-    size_t got = 0;
-    for (ssize_t k; got < sizeof rej - 1 && (k = read(fd, rej + got, sizeof rej - 1 - got)) > 0;) got += (size_t)k;
-    close(fd);
-    cr_assert(strstr((char *)rej + RING__TABLE_HDR_LEN, "rank 2 runs ringcomm protocol version 8"), "REJECT: %s",
-              (char *)rej + RING__TABLE_HDR_LEN);
+    char rej[RING__REJECT_MSG_LEN + 1];
+    stray_hello(port, prm.secret, 8, rej);
+    cr_assert(strstr(rej, "rank 2 runs ringcomm protocol version 8"), "REJECT: %s", rej);
     for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
     unlink(logpath);
     for (int r = 0; r < 2; r++) {
@@ -1331,7 +1344,41 @@ Test(bootstrap, a_rank_of_another_protocol_version_fails_the_job_at_once, .timeo
         cr_assert_eq(a[r].rc, RING_ERR_AUTH, "rank %d: %s: %s", r, ring_result_name(a[r].rc), m);
         cr_assert(strstr(m, "rank 2 runs ringcomm protocol version 8") && strstr(m, "same ringcomm build"), "rank %d: %s",
                   r, m);
+        cr_assert(r == 0 || (strstr(m, "failed init before rank 1 got the rank table") && !strstr(m, "rejected rank 1")),
+                  "rank 1 was not the one turned away: %s", m);
         cr_assert_lt(a[r].ms, 10000, "rank %d took %.0f ms: the root waited for its timeout", r, a[r].ms);
+        ring_comm_destroy(a[r].comm);
+    }
+    clear_env();
+}
+
+/* The same HELLO without RING_SECRET: every job then has the built-in secret, so a stray
+ * process of another job and build is no rank of this one. It is turned away, and the job goes
+ * on when its real rank 2 comes (it ended the job before). */
+Test(bootstrap, a_stray_of_another_version_without_ring_secret_is_only_turned_away, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_TIMEOUT_MS", "20000", 1);
+    ring__params_t prm;
+    cr_assert_eq(ring__params_resolve(&prm, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert(!prm.secret_set);
+    pair_arg a[3];
+    pthread_t t[3];
+    int port = free_port();
+    for (int r = 0; r < 2; r++) {
+        a[r] = (pair_arg){.rank = r, .nranks = 3};
+        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
+        pthread_create(&t[r], NULL, init_thread, &a[r]);
+    }
+    char rej[RING__REJECT_MSG_LEN + 1];
+    stray_hello(port, prm.secret, 8, rej);
+    cr_assert(strstr(rej, "protocol version 8"), "REJECT: %s", rej);
+    a[2] = (pair_arg){.rank = 2, .nranks = 3};
+    snprintf(a[2].root, sizeof a[2].root, "127.0.0.1:%d", port);
+    pthread_create(&t[2], NULL, init_thread, &a[2]);
+    for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s: %s", r, ring_result_name(a[r].rc), ring_comm_last_error(a[r].comm));
         ring_comm_destroy(a[r].comm);
     }
     clear_env();
@@ -2292,6 +2339,9 @@ Test(log, subsystem_names_may_have_spaces_around_them)
     log_run("INFO", "INIT, COLL", out, sizeof out);
     cr_assert_null(strstr(out, "is not INIT, NET, COLL or ALL"), "%s", out);
     cr_assert_null(strstr(out, "a NET warning"), "NET was not asked for: %s", out);
+    log_run("INFO", " ^NET", out, sizeof out);
+    cr_assert_null(strstr(out, "is not INIT, NET, COLL or ALL"), "%s", out);
+    cr_assert_null(strstr(out, "a NET warning"), "NET was excluded: %s", out);
 }
 
 Test(log, an_unknown_level_is_named_and_logs_warnings)

@@ -289,11 +289,14 @@ const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16]
     return NULL;
 }
 
-static void send_reject(int fd, ring_result_t code, const char *why, int64_t deadline)
+/* root_failed (in the word at 8): not this connection's fault, but rank 0's own failure, which
+ * a rank that joined learns this way (tell_joined). */
+static void send_reject(int fd, ring_result_t code, const char *why, int root_failed, int64_t deadline)
 {
     unsigned char b[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN] = {0};
     ring__put32(b, TABLE_MAGIC);
     ring__put32(b + 4, TYPE_REJECT);
+    ring__put32(b + 8, (uint32_t)!!root_failed);
     ring__put32(b + 12, (uint32_t)code);
     snprintf((char *)b + RING__TABLE_HDR_LEN, RING__REJECT_MSG_LEN, "%s", why);
     /* Best effort and short: a rejected peer must not be able to hold the root. */
@@ -314,7 +317,7 @@ static const char *own_text(const ring_comm_t *comm)
 static void tell_joined(ring_comm_t *comm, ring__bootstrap_t *bs, ring_result_t code, int from, int64_t deadline)
 {
     for (int r = from; r < comm->nranks; r++)
-        if (bs->rank_fds[r] >= 0) send_reject(bs->rank_fds[r], code, own_text(comm), deadline);
+        if (bs->rank_fds[r] >= 0) send_reject(bs->rank_fds[r], code, own_text(comm), 1, deadline);
 }
 
 typedef struct pend {
@@ -339,6 +342,7 @@ typedef struct gather {
     /* A rank of this job (the right secret) that cannot take part whatever happens next: its
      * protocol version differs. The job fails at once, on every rank that joined. */
     int fatal;
+    char fatal_text[RING__REJECT_MSG_LEN + 80];
 } gather;
 
 static void drop(gather *g, int i)
@@ -391,10 +395,17 @@ static int settle(gather *g, int i, int64_t now)
     if (why[0]) {
         RING_LOG(RING_LOG_WARN, RING_SUB_INIT, 0, "bootstrap: rejected %s: %s", ring__addr_str(&c->from, b, sizeof b), why);
         if (code != RING_ERR_PROTOCOL) {
-            send_reject(c->fd, code, why, g->deadline);
+            send_reject(c->fd, code, why, 0, g->deadline);
             snprintf(g->rejected, sizeof g->rejected, "%s: %s", ring__addr_str(&c->from, b, sizeof b), why);
-            g->fatal |= code == RING_ERR_AUTH && ring__get32(c->buf + 4) != BS_VERSION &&
-                        ring__secret_equal(c->buf + 8, comm->params.secret, 16);
+            /* Only a rank of this job: the secret set for it (without RING_SECRET every job has
+             * the built-in one, and a stray process of another job and build must not end this
+             * one), and a rank this job still waits for. */
+            uint32_t sr = ring__get32(c->buf + 28);
+            g->fatal |= code == RING_ERR_AUTH && ring__get32(c->buf + 4) != BS_VERSION && comm->params.secret_set &&
+                        ring__secret_equal(c->buf + 8, comm->params.secret, 16) &&
+                        ring__get32(c->buf + 24) == (uint32_t)n && sr > 0 && sr < (uint32_t)n &&
+                        g->bs->rank_fds[sr] < 0;
+            if (g->fatal && !g->fatal_text[0]) snprintf(g->fatal_text, sizeof g->fatal_text, "%s", g->rejected);
         }
         drop(g, i);
         return 1;
@@ -502,8 +513,8 @@ static ring_result_t root_gather(ring_comm_t *comm, ring__bootstrap_t *bs, const
         }
         for (int i = 0; i < g.np;)
             if (!settle(&g, i, now)) i++;
-        if (g.fatal) {
-            rc = ring__seterr(comm, RING_ERR_AUTH, "bootstrap: the root turned away %s", g.rejected);
+        if (g.fatal && g.joined < n) {
+            rc = ring__seterr(comm, RING_ERR_AUTH, "bootstrap: the root turned away %s", g.fatal_text);
             break;
         }
     }
@@ -698,11 +709,12 @@ static ring_result_t rank_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
         ring__io_full(fd, why, sizeof why, 0, RING__MIN(table_deadline, ring__now_ns() + 1000000000LL), -1);
         why[sizeof why - 1] = '\0';
         ring_result_t code = (ring_result_t)ring__get32(hdr + 12);
-        if (code == RING_ERR_AUTH || code == RING_ERR_INVALID_ARG || code == RING_ERR_PROTOCOL)
+        if (!ring__get32(hdr + 8) && (code == RING_ERR_AUTH || code == RING_ERR_INVALID_ARG || code == RING_ERR_PROTOCOL))
             rc = ring__seterr(comm, code, "bootstrap: the root %s rejected rank %d: %s",
                               ring__addr_str(root, b, sizeof b), comm->rank, why);
-        else /* rank 0 failed itself (tell_joined); a timeout there is one here */
-            rc = ring__seterr(comm, code == RING_ERR_TIMEOUT ? RING_ERR_TIMEOUT : RING_ERR_PEER,
+        else /* rank 0 failed itself (tell_joined); a timeout there is one here, and a rank of
+              * another build there (AUTH) a reason for this rank too */
+            rc = ring__seterr(comm, code == RING_ERR_TIMEOUT || code == RING_ERR_AUTH ? code : RING_ERR_PEER,
                               "bootstrap: rank 0 (the root %s) failed init before rank %d got the rank table: %s",
                               ring__addr_str(root, b, sizeof b), comm->rank, why);
         goto fail;

@@ -66,20 +66,17 @@ static inline uint32_t ring__peer_tcp_flags(int nsocks, int duplex)
 }
 
 /* Bit 14: RING_SM_MAX_BYTES is not 0 (the rank opens the shared-memory all-reduce's page when
- * all ranks share a host); bits 16-23: a hash of RING_SHM_DIR. In the table, so that ranks that
- * differ fail init at once on every rank, naming the variable: with another directory, or the
- * page on some ranks only, the others waited out RING_TIMEOUT_MS for a page that never came.
- * Compared where it matters: the bit when all ranks share one host, the directory between
- * ranks of one host (comm.c). */
+ * every pair shares memory); bits 16-23: a hash of the shared-memory identity of RING_SHM_DIR
+ * as this rank sees it: its file system and inode, this rank's user, whether it can write
+ * there (comm.c's shm_identity). Host name and boot id alone do not make two ranks share
+ * memory: a container's private /dev/shm, another user, a read-only mount or another
+ * RING_SHM_DIR do not, and such ranks waited out RING_TIMEOUT_MS for the shared-memory
+ * all-reduce's page (each made or looked for it in its own view). Pairs whose identities
+ * differ use TCP (ring__topo_shm_pair); ranks that share memory but differ in the bit fail
+ * init on every rank, naming RING_SM_MAX_BYTES. */
 #define RING__PEER_SM_PAGE (1u << 14)
 #define RING__PEER_SHMDIR_SHIFT 16
 #define RING__PEER_SHMDIR_MASK (0xffu << RING__PEER_SHMDIR_SHIFT)
-static inline uint32_t ring__peer_shm_flags(size_t sm_max_bytes, const char *shm_dir)
-{
-    uint32_t h = 2166136261u; /* FNV-1a: only equality matters (a different directory goes unseen 1 time in 256) */
-    for (const char *c = shm_dir; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
-    return (sm_max_bytes ? RING__PEER_SM_PAGE : 0u) | ((h ^ h >> 8 ^ h >> 16 ^ h >> 24) & 0xffu) << RING__PEER_SHMDIR_SHIFT;
-}
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */

@@ -568,6 +568,18 @@ fail:
     return rc;
 }
 
+/* 8 bits of what makes two ranks of one host share memory in dir (bootstrap.h): equal only
+ * where they see one directory (device and inode), run as one user and can both write it. */
+static uint32_t shm_identity(const char *dir)
+{
+    struct stat st;
+    uint64_t v[4] = {0, 0, (uint64_t)geteuid(), (uint64_t)(access(dir, W_OK | X_OK) == 0)};
+    if (stat(dir, &st) == 0) v[0] = (uint64_t)st.st_dev, v[1] = (uint64_t)st.st_ino;
+    uint32_t h = 2166136261u; /* FNV-1a: only equality matters (a difference goes unseen 1 time in 256) */
+    for (size_t i = 0; i < sizeof v; i++) h = (h ^ ((const uint8_t *)v)[i]) * 16777619u;
+    return (h ^ h >> 8 ^ h >> 16 ^ h >> 24) & 0xffu;
+}
+
 static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
 {
     ring_result_t rc;
@@ -674,13 +686,27 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
-    mine.flags |= ring__peer_shm_flags(comm->params.sm_max_bytes, comm->params.shm_dir);
+    mine.flags |= (comm->params.sm_max_bytes ? RING__PEER_SM_PAGE : 0u) | shm_identity(comm->params.shm_dir)
+                                                                            << RING__PEER_SHMDIR_SHIFT;
     RING_CHECK(ring__bootstrap_init(comm, roots, nroots, &mine, comm->peers, deadline));
     RING_CHECK(ring__watch_open(comm));
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */
-    int one_host = 1; /* where the shared-memory all-reduce's page is made (sm.c) */
-    for (int r = 0; r < n; r++) one_host &= ring__topo_same_host(&comm->peers[r], &mine);
+    /* Every rank shares memory with this one: where the shared-memory all-reduce's page is
+     * made (sm.c). Ranks of this host that do not: TCP, said once. */
+    int all_share = 1, unshared = -1, nunshared = 0;
+    for (int r = 0; r < n; r++) {
+        int share = ring__topo_shm_pair(&comm->peers[r], &mine);
+        all_share &= share;
+        if (!share && r != comm->rank && ring__topo_same_host(&comm->peers[r], &mine) &&
+            (comm->peers[r].flags & mine.flags & RING__PEER_SHM))
+            unshared = unshared < 0 ? r : unshared, nunshared++;
+    }
+    if (unshared >= 0)
+        RING_LOG(RING_LOG_WARN, RING_SUB_INIT, comm->rank,
+                 "rank %d%s on this host does not share RING_SHM_DIR (\"%s\" here) with this rank: another directory, "
+                 "a container's own /dev/shm, another user, or one of them cannot write it; TCP between them",
+                 unshared, nunshared > 1 ? " and others" : "", comm->params.shm_dir);
     for (int r = 0; r < n; r++) {
         const ring__peer_info_t *p = &comm->peers[r];
         if (p->layout != mine.layout) {
@@ -705,19 +731,12 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                 goto fail;
             }
         }
-        if (one_host && ((p->flags ^ mine.flags) & RING__PEER_SM_PAGE)) {
+        if (all_share && ((p->flags ^ mine.flags) & RING__PEER_SM_PAGE)) {
             rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
                               "rank %d (%s, pid %u) runs with RING_SM_MAX_BYTES %s0, this rank %s0 (%zu): it must be "
                               "equal on all ranks (0 on some would leave the others waiting for the shared page)",
                               r, p->host, p->pid, p->flags & RING__PEER_SM_PAGE ? "above " : "= ",
                               mine.flags & RING__PEER_SM_PAGE ? "above " : "= ", comm->params.sm_max_bytes);
-            goto fail;
-        }
-        if (((p->flags ^ mine.flags) & RING__PEER_SHMDIR_MASK) && ring__topo_same_host(p, &mine)) {
-            rc = ring__seterr(comm, RING_ERR_INVALID_ARG,
-                              "rank %d (%s, pid %u) on this host runs with another RING_SHM_DIR than this rank (\"%s\"): "
-                              "ranks of one host must use the same directory",
-                              r, p->host, p->pid, comm->params.shm_dir);
             goto fail;
         }
     }

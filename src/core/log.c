@@ -36,6 +36,7 @@ static unsigned subsys_bit(const char *s, size_t n)
 static void parse_subsys(const char *v, char *bad, size_t badlen)
 {
     unsigned mask = 0;
+    while (isspace((unsigned char)*v)) v++; /* " ^NET" */
     int negate = v[0] == '^', known = 0;
     if (negate) v++;
     bad[0] = '\0';

@@ -220,8 +220,8 @@ ring_result_t ring__topo_load(ring_comm_t *comm, const char *xml_path, ring__top
     }
     struct stat st;
     /* hwloc opens the path blocking: a FIFO without a writer held init for good, past
-     * RING_TIMEOUT_MS. */
-    if (path && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+     * RING_TIMEOUT_MS. A file given to a tool (ringtopo --topo <(...)) may be a pipe. */
+    if (!xml_path && path && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return ring__seterr(comm, RING_ERR_INVALID_ARG, "%s: not a regular file", label);
     ring__topo_t *t = calloc(1, sizeof *t);
     if (!t) return ring__seterr(comm, RING_ERR_NOMEM, "topology: out of memory");
@@ -918,7 +918,8 @@ int ring__topo_same_host(const ring__peer_info_t *a, const ring__peer_info_t *b)
 
 int ring__topo_shm_pair(const ring__peer_info_t *a, const ring__peer_info_t *b)
 {
-    return (a->flags & b->flags & RING__PEER_SHM) && ring__topo_same_host(a, b);
+    return (a->flags & b->flags & RING__PEER_SHM) && !((a->flags ^ b->flags) & RING__PEER_SHMDIR_MASK) &&
+           ring__topo_same_host(a, b);
 }
 
 typedef struct {

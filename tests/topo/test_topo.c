@@ -628,6 +628,22 @@ Test(topo, load_errors_and_env, .timeout = 60)
     cr_assert_eq(ring__topo_load(NULL, NULL, &t), RING_ERR_INVALID_ARG);
     cr_assert(strstr(ring_comm_last_error(NULL), "not a regular file"), "%s", ring_comm_last_error(NULL));
     rmdir(dir);
+    unsetenv("RING_TOPO_FILE");
+    /* A file named to a tool may be a pipe (ringtopo --topo <(...)), written before it is read. */
+    int pp[2];
+    cr_assert_eq(pipe(pp), 0);
+    FILE *x = fopen(xml("no-numa.xml"), "r");
+    cr_assert_not_null(x);
+    char chunk[4096];
+    for (size_t got; (got = fread(chunk, 1, sizeof chunk, x)) > 0;) cr_assert_eq(write(pp[1], chunk, got), (ssize_t)got);
+    fclose(x);
+    close(pp[1]);
+    char piped[64];
+    snprintf(piped, sizeof piped, "/proc/self/fd/%d", pp[0]);
+    cr_assert_eq(ring__topo_load(NULL, piped, &t), RING_OK, "%s", ring_comm_last_error(NULL));
+    cr_assert_eq(t->npus, 4);
+    ring__topo_free(t);
+    close(pp[0]);
     setenv("RING_TOPO_FILE", xml("no-numa.xml"), 1);
     cr_assert_eq(ring__topo_load(NULL, NULL, &t), RING_OK, "%s", ring_comm_last_error(NULL));
     cr_assert(t->from_file && strstr(t->source, "no-numa.xml"));
