@@ -917,10 +917,10 @@ Test(collectives, shm_settings_that_differ_fail_init_on_every_rank, .timeout = 2
 {
     static const char *const odd_sm[] = {"RING_SM_MAX_BYTES=0", NULL};
     static const char *const odd_dir[] = {"RING_SHM_DIR=/tmp", NULL};
-    static const char *const forced[] = {"RING_TRANSPORT=shm", NULL};
-    job_t job = {.nranks = 3, .seed = seed_for(0xd404), .env_odd = odd_sm};
+    static const char *const forced[] = {"RING_TRANSPORT=shm", NULL}, *const dflt[] = {"RING_TRANSPORT=auto", NULL};
+    job_t job = {.nranks = 3, .seed = seed_for(0xd404), .env = dflt, .env_odd = odd_sm};
     run_initfail_job(&job, "it must be equal on all ranks (0 on some would leave the others waiting for the shared page)");
-    job = (job_t){.scenario = "rounds", .nranks = 3, .seed = seed_for(0xd405), .env_odd = odd_dir, .deadline_s = 60};
+    job = (job_t){.scenario = "rounds", .nranks = 3, .seed = seed_for(0xd405), .env = dflt, .env_odd = odd_dir, .deadline_s = 60};
     job_result_t res;
     long checked[MAX_RANKS];
     run_job(&job, &res, checked);
