@@ -1918,7 +1918,7 @@ Test(net, self_connection_counts_as_refused)
     char where[32];
     snprintf(where, sizeof where, "127.0.0.1:%d", free_port());
     cr_assert_eq(ring__addr_resolve(NULL, where, &to), RING_OK, "%s", ring_comm_last_error(NULL));
-    cr_assert_eq(ring__listen(NULL, &to, 0, 0, &lfd), RING_OK);
+    cr_assert_eq(ring__listen(NULL, &to, 1, 0, 0, &lfd), RING_OK);
     int cc_err = -1;
     cr_assert_eq(ring__connect_start(&to, NULL, &cfd, &cc_err), 0);
     cr_assert_eq(cc_err, 0);
@@ -2093,7 +2093,7 @@ Test(net, connect_start_sets_congestion_control)
     snprintf(where, sizeof where, "127.0.0.1:%d", free_port());
     ring__sockaddr_t to = addr_of(where);
     int lfd = -1, cfd = -1, cc_err = -1;
-    cr_assert_eq(ring__listen(NULL, &to, 0, 0, &lfd), RING_OK);
+    cr_assert_eq(ring__listen(NULL, &to, 1, 0, 0, &lfd), RING_OK);
     cr_assert_eq(ring__connect_start(&to, "reno", &cfd, &cc_err), 0, "%s", strerror(cc_err));
     cr_assert_str_eq(ring__sock_cc(cfd, cc, sizeof cc), "reno");
     close(cfd);

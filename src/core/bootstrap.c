@@ -543,7 +543,7 @@ static ring_result_t root_run(ring_comm_t *comm, ring__bootstrap_t *bs, const ri
     ring__sockaddr_t la = *root;
     int lfds[RING__ROOT_ADDRS_MAX], nl = 0;
     unsigned char *table = NULL;
-    rc = ring__listen(comm, &la, 0, 0, &lfds[0]);
+    rc = ring__listen(comm, &la, 1, 0, 0, &lfds[0]);
     if (rc != RING_OK) {
         ring__seterr(comm, rc, "bootstrap: rank 0 cannot listen on the root address %s (%s)",
                      ring__addr_str(root, b, sizeof b), comm->errmsg);

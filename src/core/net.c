@@ -282,24 +282,21 @@ int ring__set_nonblock(int fd)
 }
 
 /* The listening socket behind ring__listen and ring__listen_quiet: 0, or the errno of the
- * step named in *step. Every listener has SO_REUSEADDR: a port whose only users are TIME_WAIT
- * connections (of a communicator destroyed less than a minute ago) is taken. Without it a
- * RING_PORT_RANGE of one port per process ran out at the second communicator, and on a host
- * that makes many short connections bind(port 0) failed with EADDRINUSE once TIME_WAIT held
- * enough of the ephemeral range (seen with 42,000 of them during a test run). Then two
- * processes can bind one port, and only listen() tells: each try gets a socket of its own, and
- * where either step finds the port in use the next port of the range is tried (port 0: the
- * kernel's next choice, 8 times). */
-static int open_listener(ring__sockaddr_t *addr, int port_lo, int port_hi, int *fdp, const char **step)
+ * step named in *step. A RING_PORT_RANGE port is tried with SO_REUSEADDR: its only users may
+ * be TIME_WAIT connections of a communicator destroyed less than a minute ago, and without it
+ * a range of one port per process ran out at the second communicator. Then two processes can
+ * bind one port, and only listen() tells: each port gets a socket of its own, and the next
+ * port is tried where either step finds it in use. */
+static int open_listener(ring__sockaddr_t *addr, int reuse, int port_lo, int port_hi, int *fdp, const char **step)
 {
-    int lo = port_lo > 0 ? port_lo : 0, hi = port_lo > 0 ? port_hi : 7, err = EADDRINUSE, fd = -1;
+    int lo = port_lo > 0 ? port_lo : 0, hi = port_lo > 0 ? port_hi : 0, err = EADDRINUSE, fd = -1;
     for (int p = lo; p <= hi; p++) {
         *step = "socket";
         fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) return errno;
         ring__fd_own(fd);
         int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (reuse || port_lo > 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         *step = "bind";
         if (port_lo > 0) ring__addr_set_port(addr, p);
         err = bind(fd, (struct sockaddr *)&addr->ss, addr->len) == 0 ? 0 : errno;
@@ -310,8 +307,7 @@ static int open_listener(ring__sockaddr_t *addr, int port_lo, int port_hi, int *
         if (!err) break;
         close(fd);
         fd = -1;
-        /* A fixed port (the root's) in use stays an error: another job or program has it. */
-        if (err != EADDRINUSE || (port_lo <= 0 && ring__addr_port(addr) != 0)) return err;
+        if (err != EADDRINUSE || port_lo <= 0) return err;
         *step = "bind"; /* the range is used up: say so as the bind that found it */
     }
     if (err) return err;
@@ -321,12 +317,12 @@ static int open_listener(ring__sockaddr_t *addr, int port_lo, int port_hi, int *
     return 0;
 }
 
-ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int port_lo,
+ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
                            int port_hi, int *fdp)
 {
     char b[80];
     const char *step;
-    int err = open_listener(addr, port_lo, port_hi, fdp, &step);
+    int err = open_listener(addr, reuse, port_lo, port_hi, fdp, &step);
     if (!err) return RING_OK;
     if (!strcmp(step, "socket")) return ring__seterr_errno(comm, RING_ERR_SYSTEM, err, "socket");
     if (!strcmp(step, "listen"))
@@ -340,7 +336,7 @@ ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int port_l
 int ring__listen_quiet(ring__sockaddr_t *addr, int *fdp)
 {
     const char *step;
-    return open_listener(addr, 0, 0, fdp, &step);
+    return open_listener(addr, 1, 0, 0, fdp, &step);
 }
 
 int ring__connect_start(const ring__sockaddr_t *addr, const char *cc, int *fdp, int *cc_err)

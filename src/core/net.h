@@ -55,10 +55,10 @@ int ring__addr_bindable(const ring__sockaddr_t *a);
 /* Has this host a route to a? (the lookup a connect makes; nothing is sent) */
 int ring__addr_routable(const ring__sockaddr_t *a);
 
-/* Non-blocking listening socket with SO_REUSEADDR. port_lo..port_hi (0,0 = the address's port
- * as given; port 0: the kernel's choice). */
-ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int port_lo, int port_hi, int *fd);
-/* The same with the address's own port, recording no error: 0 or an errno. */
+/* Non-blocking listening socket. port_lo..port_hi (0,0 = the address's port as given). */
+ring_result_t ring__listen(ring_comm_t *comm, ring__sockaddr_t *addr, int reuse, int port_lo,
+                           int port_hi, int *fd);
+/* The same with SO_REUSEADDR and the address's own port, recording no error: 0 or an errno. */
 int ring__listen_quiet(ring__sockaddr_t *addr, int *fd);
 /* Start a non-blocking connect, with TCP congestion control cc (NULL: the system's) chosen
  * before the handshake. 0 = connected or in progress; else errno, which is also in *cc_err

@@ -346,7 +346,7 @@ static ring_result_t tcp_listen_open(void *vctx, ring__tp_addr_t *addr, void **l
         for (int i = 0; i < RING__MAX_NSOCKS; i++) l->fds[r][i] = -1;
     memcpy(&l->addr.ss, &comm->data_addr, comm->data_addr_len);
     l->addr.len = comm->data_addr_len;
-    ring_result_t rc = ring__listen(comm, &l->addr, comm->params.port_lo, comm->params.port_hi, &l->fd);
+    ring_result_t rc = ring__listen(comm, &l->addr, 0, comm->params.port_lo, comm->params.port_hi, &l->fd);
     /* Accepted sockets start with the listener's algorithm, set up at their handshake: the one
      * for this host's connections (auto) or the named one; listen_pump gives remote sockets of
      * auto the system's back. */
