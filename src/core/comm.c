@@ -431,6 +431,12 @@ static void fork_child(void)
 
 static void atfork_install(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
+/* At load, not at the first ring_comm_init: handlers registered by that init while another
+ * thread's fork() ran its prepare handlers (a slow one of another library) were left out of
+ * that fork, and its child could find the topology's lock held. In comm.o, which every program
+ * that uses the library links, the static archive included. */
+__attribute__((constructor)) static void atfork_at_load(void) { pthread_once(&atfork_once, atfork_install); }
+
 int ring__comm_inherited(const ring_comm_t *comm)
 {
     for (const ring_comm_t *c = inherited_head; comm && c; c = c->live_next)
@@ -573,8 +579,10 @@ fail:
 static uint32_t shm_identity(const char *dir)
 {
     struct stat st;
-    uint64_t v[4] = {0, 0, (uint64_t)geteuid(), (uint64_t)(access(dir, W_OK | X_OK) == 0)};
+    /* The user as the kernel knows it: one euid in two user namespaces is two users. */
+    uint64_t v[5] = {0, 0, (uint64_t)geteuid(), (uint64_t)(access(dir, W_OK | X_OK) == 0), 0};
     if (stat(dir, &st) == 0) v[0] = (uint64_t)st.st_dev, v[1] = (uint64_t)st.st_ino;
+    if (stat("/proc/self/ns/user", &st) == 0) v[4] = (uint64_t)st.st_ino;
     uint32_t h = 2166136261u; /* FNV-1a: only equality matters (a difference goes unseen 1 time in 256) */
     for (size_t i = 0; i < sizeof v; i++) h = (h ^ ((const uint8_t *)v)[i]) * 16777619u;
     return (h ^ h >> 8 ^ h >> 16 ^ h >> 24) & 0xffu;
@@ -705,7 +713,7 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     if (unshared >= 0)
         RING_LOG(RING_LOG_WARN, RING_SUB_INIT, comm->rank,
                  "rank %d%s on this host does not share RING_SHM_DIR (\"%s\" here) with this rank: another directory, "
-                 "a container's own /dev/shm, another user, or one of them cannot write it; TCP between them",
+                 "a container's own /dev/shm, another user, or one of them cannot write it; TCP (or verbs) between them",
                  unshared, nunshared > 1 ? " and others" : "", comm->params.shm_dir);
     for (int r = 0; r < n; r++) {
         const ring__peer_info_t *p = &comm->peers[r];

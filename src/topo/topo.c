@@ -932,6 +932,9 @@ static int by_host_then_rank(const void *x, const void *y)
     const host_key_t *a = x, *b = y;
     int c = strncmp(a->p->host, b->p->host, sizeof a->p->host);
     if (!c) c = strncmp(a->p->bootid, b->p->bootid, sizeof a->p->bootid);
+    /* Within a host, the ranks that share memory (ring__topo_shm_pair) side by side. */
+    const uint32_t m = RING__PEER_SHM | RING__PEER_SHMDIR_MASK, ka = a->p->flags & m, kb = b->p->flags & m;
+    if (!c) c = (ka > kb) - (ka < kb);
     return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
 }
 
@@ -957,8 +960,9 @@ ring_result_t ring__topo_ring_order(ring_comm_t *comm, const ring__peer_info_t *
         free(groups);
         return ring__seterr(comm, RING_ERR_NOMEM, "ring order: out of memory for %d ranks", n);
     }
-    /* Sorting by (host, rank) gathers each host's ranks in rank order; the hosts then go in the
-     * order of their first rank. Both keys are total orders, so every rank gets the same result. */
+    /* Sorting by (host, shared-memory group, rank) gathers each host's ranks, those that share
+     * memory together, in rank order; the hosts then go in the order of their first rank. Both
+     * keys are total orders, so every rank gets the same result. */
     for (int r = 0; r < n; r++) keys[r] = (host_key_t){&peers[r], r};
     qsort(keys, (size_t)n, sizeof *keys, by_host_then_rank);
     int ng = 0;

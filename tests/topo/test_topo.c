@@ -370,6 +370,26 @@ Test(topo, ring_order_host_identity_is_name_and_boot_id)
     cr_assert_eq(ring__topo_ring_order(NULL, p, 0, order, &nh), RING_ERR_INVALID_ARG);
 }
 
+/* Ranks of one host that do not all share memory (two RING_SHM_DIR identities: a container's
+ * own /dev/shm, another user): those that do sit side by side, so the ring's edges inside the
+ * host are shared memory; in rank order every edge was TCP. */
+Test(topo, ring_order_keeps_ranks_that_share_memory_together)
+{
+    ring__peer_info_t p[4];
+    memset(p, 0, sizeof p);
+    for (int r = 0; r < 4; r++) {
+        snprintf(p[r].host, sizeof p[r].host, "node");
+        snprintf(p[r].bootid, sizeof p[r].bootid, "boot");
+        p[r].flags = RING__PEER_SHM | (uint32_t)(r % 2 ? 0x51 : 0x17) << RING__PEER_SHMDIR_SHIFT;
+    }
+    int order[4], nh;
+    cr_assert_eq(ring__topo_ring_order(NULL, p, 4, order, &nh), RING_OK);
+    cr_assert_eq(nh, 1);
+    int shm_edges = 0;
+    for (int i = 0; i < 4; i++) shm_edges += ring__topo_shm_pair(&p[order[i]], &p[order[(i + 1) % 4]]);
+    cr_assert_eq(shm_edges, 2, "order %d %d %d %d", order[0], order[1], order[2], order[3]);
+}
+
 /* Large random jobs: a permutation, hosts contiguous, hosts by lowest rank, ranks ascending
  * within a host, and the same answer from a shuffled copy of nothing but the same table. */
 Test(topo, ring_order_properties_random)
