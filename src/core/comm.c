@@ -698,8 +698,6 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                                                                             << RING__PEER_SHMDIR_SHIFT;
     RING_CHECK(ring__bootstrap_init(comm, roots, nroots, &mine, comm->peers, deadline));
     RING_CHECK(ring__watch_open(comm));
-    /* Every rank sees the whole table, so every rank fails here, before any collective could
-     * pair messages that were cut differently, or any socket is made that a peer would drop. */
     /* Every rank shares memory with this one: where the shared-memory all-reduce's page is
      * made (sm.c). Ranks of this host that do not: TCP, said once. */
     int all_share = 1, unshared = -1, nunshared = 0;
@@ -715,6 +713,8 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
                  "rank %d%s on this host does not share RING_SHM_DIR (\"%s\" here) with this rank: another directory, "
                  "a container's own /dev/shm, another user, or one of them cannot write it; TCP (or verbs) between them",
                  unshared, nunshared > 1 ? " and others" : "", comm->params.shm_dir);
+    /* Every rank sees the whole table, so every rank fails here, before any collective could
+     * pair messages that were cut differently, or any socket is made that a peer would drop. */
     for (int r = 0; r < n; r++) {
         const ring__peer_info_t *p = &comm->peers[r];
         if (p->layout != mine.layout) {
