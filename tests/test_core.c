@@ -1208,16 +1208,20 @@ static void *init_thread(void *p)
     return NULL;
 }
 
+/* Rank `rank` of nranks (0: 2) joining the root on this port, on thread *t. */
+static void start_rank(pair_arg *a, pthread_t *t, int rank, int nranks, int port)
+{
+    *a = (pair_arg){.rank = rank, .nranks = nranks};
+    snprintf(a->root, sizeof a->root, "127.0.0.1:%d", port);
+    pthread_create(t, NULL, init_thread, a);
+}
+
 static void init_pair(ring_comm_t **c0, ring_comm_t **c1)
 {
     pair_arg a[2];
     pthread_t t[2];
     int port = free_port();
-    for (int r = 0; r < 2; r++) {
-        a[r] = (pair_arg){.rank = r};
-        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
-        pthread_create(&t[r], NULL, init_thread, &a[r]);
-    }
+    for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 2, port);
     for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
     cr_assert_eq(a[0].rc, RING_OK, "rank 0: %s", ring_comm_last_error(a[0].comm));
     cr_assert_eq(a[1].rc, RING_OK, "rank 1: %s", ring_comm_last_error(a[1].comm));
@@ -1319,11 +1323,7 @@ Test(bootstrap, a_rank_of_another_protocol_version_fails_the_job_at_once, .timeo
     pair_arg a[2];
     pthread_t t[2];
     int port = free_port();
-    for (int r = 0; r < 2; r++) {
-        a[r] = (pair_arg){.rank = r, .nranks = 3};
-        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
-        pthread_create(&t[r], NULL, init_thread, &a[r]);
-    }
+    for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 3, port);
     /* Rank 2 only once rank 1 joined (the root's TRACE line), so that rank 1 hears the reason. */
     char text[16384] = "";
     for (int i = 0; i < 1000 && !strstr(text, "rank 1 joined"); i++) {
@@ -1365,17 +1365,11 @@ Test(bootstrap, a_stray_of_another_version_without_ring_secret_is_only_turned_aw
     pair_arg a[3];
     pthread_t t[3];
     int port = free_port();
-    for (int r = 0; r < 2; r++) {
-        a[r] = (pair_arg){.rank = r, .nranks = 3};
-        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
-        pthread_create(&t[r], NULL, init_thread, &a[r]);
-    }
+    for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 3, port);
     char rej[RING__REJECT_MSG_LEN + 1];
     stray_hello(port, prm.secret, 8, rej);
     cr_assert(strstr(rej, "protocol version 8"), "REJECT: %s", rej);
-    a[2] = (pair_arg){.rank = 2, .nranks = 3};
-    snprintf(a[2].root, sizeof a[2].root, "127.0.0.1:%d", port);
-    pthread_create(&t[2], NULL, init_thread, &a[2]);
+    start_rank(&a[2], &t[2], 2, 3, port);
     for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
     for (int r = 0; r < 3; r++) {
         cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s: %s", r, ring_result_name(a[r].rc), ring_comm_last_error(a[r].comm));
@@ -1390,11 +1384,7 @@ static ring_result_t pair_round_plain(int port)
 {
     pair_arg a[2];
     pthread_t t[2];
-    for (int r = 0; r < 2; r++) {
-        a[r] = (pair_arg){.rank = r};
-        snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", port);
-        pthread_create(&t[r], NULL, init_thread, &a[r]);
-    }
+    for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 2, port);
     for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
     ring_result_t rc = a[0].rc != RING_OK ? a[0].rc : a[1].rc;
     if (rc == RING_OK) {
@@ -1435,11 +1425,7 @@ Test(pair, a_child_forked_during_the_parents_first_init_makes_its_own_communicat
         if (mid == 0) {
             pair_arg a[2];
             pthread_t t[2];
-            for (int r = 0; r < 2; r++) {
-                a[r] = (pair_arg){.rank = r};
-                snprintf(a[r].root, sizeof a[r].root, "127.0.0.1:%d", p1);
-                pthread_create(&t[r], NULL, init_thread, &a[r]);
-            }
+            for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 2, p1);
             usleep((useconds_t)(200 + k * 1500));
             pid_t kid = fork();
             if (kid == 0) {

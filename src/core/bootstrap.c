@@ -58,13 +58,15 @@
 #define MAX_PENDING 64
 #define HELLO_TIMEOUT_NS (10LL * 1000000000LL)
 
-uint32_t ring__kernel_hash(const char *bootid)
+uint32_t ring__fnv1a(const void *p, size_t n)
 {
-    /* FNV-1a: only equality matters, and 0 stays "unknown". */
     uint32_t h = 2166136261u;
-    for (const char *c = bootid; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
-    return h | 1u;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 16777619u;
+    return h;
 }
+
+/* Only equality matters, and 0 stays "unknown". */
+uint32_t ring__kernel_hash(const char *bootid) { return ring__fnv1a(bootid, strlen(bootid)) | 1u; }
 
 void ring__host_identity(ring__peer_info_t *info)
 {

@@ -75,6 +75,9 @@ static inline uint32_t ring__peer_tcp_flags(int nsocks, int duplex)
  * differ use TCP (ring__topo_shm_pair); ranks that share memory but differ in the bit fail
  * init on every rank, naming RING_SM_MAX_BYTES. */
 #define RING__PEER_SM_PAGE (1u << 14)
+/* Why two ranks of one host with different identities do not share memory (log and errors). */
+#define RING__SHM_UNSHARED_WHY                                                                      \
+    "another directory, a container's own /dev/shm, another user, or one of them cannot write it"
 #define RING__PEER_SHMDIR_SHIFT 16
 #define RING__PEER_SHMDIR_MASK (0xffu << RING__PEER_SHMDIR_SHIFT)
 
@@ -99,6 +102,8 @@ void ring__bootstrap_close(ring__bootstrap_t *bs);
 void ring__host_identity(ring__peer_info_t *info);
 /* ring__peer_info_t.kernel of a boot id: never 0. */
 uint32_t ring__kernel_hash(const char *bootid);
+/* FNV-1a of n bytes: for identities that are only compared, never trusted. */
+uint32_t ring__fnv1a(const void *p, size_t n);
 
 /* A rank's data address (its TCP transport address) as a socket address. */
 static inline void ring__peer_sockaddr(const ring__peer_info_t *p, ring__sockaddr_t *out)

@@ -583,8 +583,8 @@ static uint32_t shm_identity(const char *dir)
     uint64_t v[5] = {0, 0, (uint64_t)geteuid(), (uint64_t)(access(dir, W_OK | X_OK) == 0), 0};
     if (stat(dir, &st) == 0) v[0] = (uint64_t)st.st_dev, v[1] = (uint64_t)st.st_ino;
     if (stat("/proc/self/ns/user", &st) == 0) v[4] = (uint64_t)st.st_ino;
-    uint32_t h = 2166136261u; /* FNV-1a: only equality matters (a difference goes unseen 1 time in 256) */
-    for (size_t i = 0; i < sizeof v; i++) h = (h ^ ((const uint8_t *)v)[i]) * 16777619u;
+    /* Only equality matters (a difference goes unseen 1 time in 256). */
+    uint32_t h = ring__fnv1a(v, sizeof v);
     return (h ^ h >> 8 ^ h >> 16 ^ h >> 24) & 0xffu;
 }
 
@@ -710,8 +710,8 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     }
     if (unshared >= 0)
         RING_LOG(RING_LOG_WARN, RING_SUB_INIT, comm->rank,
-                 "rank %d%s on this host does not share RING_SHM_DIR (\"%s\" here) with this rank: another directory, "
-                 "a container's own /dev/shm, another user, or one of them cannot write it; TCP (or verbs) between them",
+                 "rank %d%s on this host does not share RING_SHM_DIR (\"%s\" here) with this rank: " RING__SHM_UNSHARED_WHY
+                 "; TCP (or verbs) between them",
                  unshared, nunshared > 1 ? " and others" : "", comm->params.shm_dir);
     /* Every rank sees the whole table, so every rank fails here, before any collective could
      * pair messages that were cut differently, or any socket is made that a peer would drop. */

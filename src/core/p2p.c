@@ -89,8 +89,7 @@ static ring_result_t check_forced(ring_comm_t *comm, int p)
     if (ring__topo_same_host(a, b))
         return ring__seterr(comm, RING_ERR_INVALID_ARG,
                             "RING_TRANSPORT=shm, but rank %d on this host does not share RING_SHM_DIR (\"%s\" here) with "
-                            "this rank: another directory, a container's own /dev/shm, another user, or one of them "
-                            "cannot write it",
+                            "this rank: " RING__SHM_UNSHARED_WHY,
                             p, comm->params.shm_dir);
     return ring__seterr(comm, RING_ERR_INVALID_ARG, "RING_TRANSPORT=shm, but rank %d is on another host (%s, this rank on %s%s)",
                         p, b->host, a->host, strcmp(a->host, b->host) ? "" : "; same name, different boot id");
