@@ -1741,21 +1741,8 @@ static int scenario_relaywait(uint64_t seed)
     return 0;
 }
 
-/* ---- fpmode: the program's floating-point mode does not reach the results ---- */
+/* ---- rounds, ticking: communicators made one after another, a timer signal ---- */
 
-#if defined(__x86_64__)
-#include <xmmintrin.h>
-#endif
-
-/*
- * After init each rank sets flush-to-zero, denormals-are-zero, round toward zero and unmasked
- * overflow on its thread (as torch.set_flush_denormal does the first two), then sums
- * [tiny, 1, 3e38] with [tiny, 1.5 * 2^-24, 3e38] and zeros (67 elements): blocking, which runs on this
- * thread, and async behind another async call, which runs on the progress thread. Every result
- * must be the default mode's (2 tiny, 1 + 2^-23, inf, bit for bit, and no SIGFPE), and the
- * thread's own mode must be as it set it afterwards. Then the same on a second communicator
- * made while that mode was set, whose progress thread starts with it.
- */
 /* Communicators made one after another in one process (elastic restarts, retries): four rounds
  * of init, a checked all-reduce and destroy. Init's errors are this scenario's (exit 2), not the
  * harness's retry on a root port in use. */
@@ -1827,6 +1814,21 @@ static int scenario_ticking(uint64_t seed)
     return 0;
 }
 
+/* ---- fpmode: the program's floating-point mode does not reach the results ---- */
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+/*
+ * After init each rank sets flush-to-zero, denormals-are-zero, round toward zero and unmasked
+ * overflow on its thread (as torch.set_flush_denormal does the first two), then sums
+ * [tiny, 1, 3e38] with [tiny, 1.5 * 2^-24, 3e38] and zeros (67 elements): blocking, which runs on this
+ * thread, and async behind another async call, which runs on the progress thread. Every result
+ * must be the default mode's (2 tiny, 1 + 2^-23, inf, bit for bit, and no SIGFPE), and the
+ * thread's own mode must be as it set it afterwards. Then the same on a second communicator
+ * made while that mode was set, whose progress thread starts with it.
+ */
 static int scenario_fpmode(uint64_t seed)
 {
     (void)seed;
