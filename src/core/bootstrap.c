@@ -3,11 +3,12 @@
  *
  * Steps and bytes on the wire:
  *  1. rank 0 listens on root_addr (SO_REUSEADDR, non-blocking).
- *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 288 bytes:
+ *  2. rank r > 0 connects (retrying while the root is not up yet) and sends HELLO, 296 bytes:
  *     magic "RGBS" | version | 128-bit secret | nranks | rank | addr len | addr[128] |
  *     host[64] | boot id[40] | pid | flags (bits 8-13: RING_NSOCKS and RING_TCP_DUPLEX; top
  *     byte: NUMA nodes of the host) | layout key (chunk size and pipeline depth) |
- *     kernel (hash of the real boot id) | first CPU and CPU count (u16 each) of the affinity.
+ *     kernel (hash of the real boot id) | first CPU and CPU count (u16 each) of the affinity |
+ *     shared-memory identity (64-bit hash).
  *  3. rank 0 accepts in a poll loop and reads each connection as soon as it has accepted it
  *     (a burst of ranks must not push each other out). Each has 10 s to deliver a whole HELLO; bad
  *     magic is closed silently (port scanners, strangers), a wrong secret/version/nranks or a
@@ -18,9 +19,9 @@
  *     stranger can stall or break the job: at most 64 unauthenticated connections are held,
  *     the oldest dropped first.
  *  4. When all ranks joined, rank 0 sends each one TABLE: 24-byte header (magic "RGBT", type,
- *     nranks, code, 64-bit job nonce) + nranks x 256-byte entries (addr len, addr, host, boot
- *     id, pid, flags, layout key, kernel, CPUs). Total root traffic: (N-1) x (288 + 24 + 256 N)
- *     bytes.
+ *     nranks, code, 64-bit job nonce) + nranks x 264-byte entries (addr len, addr, host, boot
+ *     id, pid, flags, layout key, kernel, CPUs, shared-memory identity). Total root traffic:
+ *     (N-1) x (296 + 24 + 264 N) bytes.
  *     Host name and boot id tell which ranks share a host (shared memory, ring order); flags
  *     say whether a rank takes shared-memory connections and carry its RING_NSOCKS and
  *     RING_TCP_DUPLEX; every rank checks that all layout keys and those two equal its own
@@ -51,8 +52,11 @@
  * later rank on one host each waited out RING_TIMEOUT_MS for a page the other named
  * differently). 7: RING_NSOCKS in the flags may be 0, auto (6 had only 1-16, and 2 by
  * default); 8: 480-byte REJECT text; 9: the shared pages' keyed names (4f61f3d) and refusal by
- * size (2ec6bfb), RING_SM_MAX_BYTES and RING_SHM_DIR in the flags. */
-#define BS_VERSION 9u
+ * size (2ec6bfb), RING_SM_MAX_BYTES and RING_SHM_DIR in the flags; 10: the shared-memory
+ * identity as 64 bits in an entry of its own (264-byte entries, 296-byte HELLO), no longer 8
+ * bits of the flags. A HELLO of any version is settled from its first 32 bytes when its
+ * version differs (RING__HELLO_HDR_LEN), whatever its length. */
+#define BS_VERSION 10u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64
@@ -62,6 +66,13 @@ uint32_t ring__fnv1a(const void *p, size_t n)
 {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 16777619u;
+    return h;
+}
+
+uint64_t ring__fnv1a64(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
     return h;
 }
 
@@ -228,6 +239,7 @@ static void put_info(unsigned char *p, const ring__peer_info_t *info)
     ring__put32(p + 244, info->layout);
     ring__put32(p + 248, info->kernel);
     ring__put32(p + 252, (uint32_t)info->cpu_first << 16 | info->cpu_count);
+    ring__put64(p + 256, info->shm_id);
 }
 
 /* Returns -1 when the entry is malformed (lengths not validated would size a later copy). */
@@ -250,6 +262,7 @@ int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info)
     uint32_t cpus = ring__get32(p + 252);
     info->cpu_first = (uint16_t)(cpus >> 16);
     info->cpu_count = (uint16_t)cpus;
+    info->shm_id = ring__get64(p + 256);
     return 0;
 }
 
@@ -374,7 +387,11 @@ static int settle(gather *g, int i, int64_t now)
         drop(g, i);
         return 1;
     }
-    if (c->got < RING__HELLO_LEN) return 0;
+    /* Another magic or version is settled from the header (RING__HELLO_HDR_LEN): a rank of a
+     * build whose HELLO is shorter has sent all it will, and waits for an answer. */
+    const int foreign = c->got >= RING__HELLO_HDR_LEN &&
+                        (ring__get32(c->buf) != BS_MAGIC || ring__get32(c->buf + 4) != BS_VERSION);
+    if (c->got < RING__HELLO_LEN && !foreign) return 0;
     uint32_t r = 0, nr = 0;
     ring__peer_info_t info;
     ring_result_t code;

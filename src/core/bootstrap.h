@@ -29,6 +29,16 @@ typedef struct ring__peer_info {
      * several, the shared-memory all-reduce keeps to 1 MiB (ring__sm_max_bytes). On the wire
      * in the top byte of the flags word. */
     uint8_t numa_nodes;
+    /* What makes two ranks of one host share memory in RING_SHM_DIR, hashed (comm.c's
+     * shm_identity; never 0): they see one directory there (the same file system and inode),
+     * run as one user (euid and user namespace) and can both write it. Host name and boot id
+     * alone do not: a container's private /dev/shm, another user, a read-only mount or another
+     * RING_SHM_DIR do not share, and such ranks waited out RING_TIMEOUT_MS for the
+     * shared-memory all-reduce's page (each made or looked for it in its own view). Pairs whose
+     * identities differ use TCP (ring__topo_shm_pair). 64 bits: with 8 (BS_VERSION 9) a pair
+     * that does not share went unseen 1 time in 256, which for 8 ranks in 8 containers of one
+     * host with their own /dev/shm is one job in 32 (8 ring edges) hanging at init. */
+    uint64_t shm_id;
 } ring__peer_info_t;
 
 /* A fingerprint of the parameters that decide how ring collectives cut buffers into messages
@@ -66,20 +76,12 @@ static inline uint32_t ring__peer_tcp_flags(int nsocks, int duplex)
 }
 
 /* Bit 14: RING_SM_MAX_BYTES is not 0 (the rank opens the shared-memory all-reduce's page when
- * every pair shares memory); bits 16-23: a hash of the shared-memory identity of RING_SHM_DIR
- * as this rank sees it: its file system and inode, this rank's user, whether it can write
- * there (comm.c's shm_identity). Host name and boot id alone do not make two ranks share
- * memory: a container's private /dev/shm, another user, a read-only mount or another
- * RING_SHM_DIR do not, and such ranks waited out RING_TIMEOUT_MS for the shared-memory
- * all-reduce's page (each made or looked for it in its own view). Pairs whose identities
- * differ use TCP (ring__topo_shm_pair); ranks that share memory but differ in the bit fail
+ * every pair shares memory, shm_id above); ranks that share memory but differ in the bit fail
  * init on every rank, naming RING_SM_MAX_BYTES. */
 #define RING__PEER_SM_PAGE (1u << 14)
 /* Why two ranks of one host with different identities do not share memory (log and errors). */
 #define RING__SHM_UNSHARED_WHY                                                                      \
     "another directory, a container's own /dev/shm, another user, or one of them cannot write it"
-#define RING__PEER_SHMDIR_SHIFT 16
-#define RING__PEER_SHMDIR_MASK (0xffu << RING__PEER_SHMDIR_SHIFT)
 
 typedef struct ring__bootstrap {
     int root_fd;   /* non-root: connection to rank 0 */
@@ -104,6 +106,7 @@ void ring__host_identity(ring__peer_info_t *info);
 uint32_t ring__kernel_hash(const char *bootid);
 /* FNV-1a of n bytes: for identities that are only compared, never trusted. */
 uint32_t ring__fnv1a(const void *p, size_t n);
+uint64_t ring__fnv1a64(const void *p, size_t n);
 
 /* A rank's data address (its TCP transport address) as a socket address. */
 static inline void ring__peer_sockaddr(const ring__peer_info_t *p, ring__sockaddr_t *out)
@@ -140,9 +143,13 @@ int ring__loopback_far(const ring__peer_info_t *peers, int n, int *far);
 long ring__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
 
 /* Wire sizes, exposed for tests. */
-#define RING__HELLO_LEN 288
+#define RING__HELLO_LEN 296
 #define RING__TABLE_HDR_LEN 24
-#define RING__TABLE_ENTRY_LEN 256
+#define RING__TABLE_ENTRY_LEN 264
+/* The HELLO's first 32 bytes (magic, version, secret, nranks, rank) have kept their places in
+ * every version: the root settles a HELLO of another version from them (a rank of an older
+ * build sends fewer bytes, and the root must not wait for the rest). */
+#define RING__HELLO_HDR_LEN 32
 /* 480: a root's own failure (tell_joined) goes out whole, errno text and hint included. */
 #define RING__REJECT_MSG_LEN 480
 
@@ -150,7 +157,7 @@ long ring__cgroup_cpu_limit(const char *proc_cgroup, const char *root);
  * rejection (NULL if valid) and fills rank/nranks/info. */
 const char *ring__hello_parse(const unsigned char *buf, const uint8_t secret[16], uint32_t *rank,
                               uint32_t *nranks, ring__peer_info_t *info, ring_result_t *code);
-/* One 256-byte rank-table entry (also the address block of a HELLO): 0 if valid. */
+/* One rank-table entry of RING__TABLE_ENTRY_LEN bytes (also the address block of a HELLO): 0 if valid. */
 int ring__peer_info_parse(const unsigned char *p, ring__peer_info_t *info);
 void ring__hello_build(unsigned char *buf, const uint8_t secret[16], uint32_t rank,
                        uint32_t nranks, const ring__peer_info_t *info);

@@ -574,18 +574,17 @@ fail:
     return rc;
 }
 
-/* 8 bits of what makes two ranks of one host share memory in dir (bootstrap.h): equal only
+/* What makes two ranks of one host share memory in dir (bootstrap.h, shm_id): equal only
  * where they see one directory (device and inode), run as one user and can both write it. */
-static uint32_t shm_identity(const char *dir)
+static uint64_t shm_identity(const char *dir)
 {
     struct stat st;
     /* The user as the kernel knows it: one euid in two user namespaces is two users. */
     uint64_t v[5] = {0, 0, (uint64_t)geteuid(), (uint64_t)(access(dir, W_OK | X_OK) == 0), 0};
     if (stat(dir, &st) == 0) v[0] = (uint64_t)st.st_dev, v[1] = (uint64_t)st.st_ino;
     if (stat("/proc/self/ns/user", &st) == 0) v[4] = (uint64_t)st.st_ino;
-    /* Only equality matters (a difference goes unseen 1 time in 256). */
-    uint32_t h = ring__fnv1a(v, sizeof v);
-    return (h ^ h >> 8 ^ h >> 16 ^ h >> 24) & 0xffu;
+    /* Only equality matters (a difference goes unseen 1 time in 2^64). */
+    return ring__fnv1a64(v, sizeof v) | 1u;
 }
 
 static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
@@ -694,8 +693,8 @@ static ring_result_t connect_ring(ring_comm_t *comm, const char *root_addr)
     } shared[] = {{"RING_NSOCKS", RING__PEER_NSOCKS_MASK, RING__PEER_NSOCKS_SHIFT, "auto"},
                   {"RING_TCP_DUPLEX", RING__PEER_DUPLEX, RING__PEER_DUPLEX_SHIFT, NULL}};
     mine.flags |= ring__peer_tcp_flags(comm->params.nsocks, comm->params.tcp_duplex);
-    mine.flags |= (comm->params.sm_max_bytes ? RING__PEER_SM_PAGE : 0u) | shm_identity(comm->params.shm_dir)
-                                                                            << RING__PEER_SHMDIR_SHIFT;
+    mine.flags |= comm->params.sm_max_bytes ? RING__PEER_SM_PAGE : 0u;
+    mine.shm_id = shm_identity(comm->params.shm_dir);
     RING_CHECK(ring__bootstrap_init(comm, roots, nroots, &mine, comm->peers, deadline));
     RING_CHECK(ring__watch_open(comm));
     /* Every rank shares memory with this one: where the shared-memory all-reduce's page is

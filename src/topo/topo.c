@@ -918,8 +918,7 @@ int ring__topo_same_host(const ring__peer_info_t *a, const ring__peer_info_t *b)
 
 int ring__topo_shm_pair(const ring__peer_info_t *a, const ring__peer_info_t *b)
 {
-    return (a->flags & b->flags & RING__PEER_SHM) && !((a->flags ^ b->flags) & RING__PEER_SHMDIR_MASK) &&
-           ring__topo_same_host(a, b);
+    return (a->flags & b->flags & RING__PEER_SHM) && a->shm_id == b->shm_id && ring__topo_same_host(a, b);
 }
 
 typedef struct {
@@ -933,8 +932,9 @@ static int by_host_then_rank(const void *x, const void *y)
     int c = strncmp(a->p->host, b->p->host, sizeof a->p->host);
     if (!c) c = strncmp(a->p->bootid, b->p->bootid, sizeof a->p->bootid);
     /* Within a host, the ranks that share memory (ring__topo_shm_pair) side by side. */
-    const uint32_t m = RING__PEER_SHM | RING__PEER_SHMDIR_MASK, ka = a->p->flags & m, kb = b->p->flags & m;
-    if (!c) c = (ka > kb) - (ka < kb);
+    const uint32_t sa = a->p->flags & RING__PEER_SHM, sb = b->p->flags & RING__PEER_SHM;
+    if (!c) c = (sa > sb) - (sa < sb);
+    if (!c) c = (a->p->shm_id > b->p->shm_id) - (a->p->shm_id < b->p->shm_id);
     return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
 }
 

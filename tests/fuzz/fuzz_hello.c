@@ -1,8 +1,8 @@
 /*
- * HELLO, the 288-byte frame every rank sends the root first (bootstrap.c). The root parses it
+ * HELLO, the 296-byte frame every rank sends the root first (bootstrap.c). The root parses it
  * from anyone who connects, before knowing who they are, so every byte is hostile.
  *
- * Input: the first 288 bytes are a HELLO as received (zero-padded when shorter); byte 288,
+ * Input: the first 296 bytes are a HELLO as received (zero-padded when shorter); byte 296,
  * bit 0, writes the job secret into it, because the secret is compared in constant time and
  * the fuzzer could never guess it. The same bytes, read as fields (rank, nranks, address
  * block, secret choice), also build a HELLO with ring__hello_build that must parse back.
@@ -26,7 +26,7 @@ static void check_terminated(const ring__peer_info_t *info)
     FUZZ_CHECK(info->bootid[RING__BOOTID_MAX - 1] == '\0');
 }
 
-/* What parse must do with any 288 bytes. buf is exactly RING__HELLO_LEN long on the heap, so
+/* What parse must do with any 296 bytes. buf is exactly RING__HELLO_LEN long on the heap, so
  * that ASan sees any read past the frame. */
 static void check_parse(const unsigned char *buf)
 {

@@ -1,10 +1,10 @@
 /*
  * Rank-table entries: after the 24-byte TABLE header, rank_run (bootstrap.c) reads nranks
- * 256-byte entries from the root and parses each with ring__peer_info_parse; the root parses
+ * 264-byte entries from the root and parses each with ring__peer_info_parse; the root parses
  * the same block inside every HELLO. The address, host and boot id then size copies and are
  * printed, so a length or terminator taken from the wire unchecked would be a memory bug.
  *
- * Input: consecutive 256-byte entries (the table body); a short last one is zero-padded. The
+ * Input: consecutive 264-byte entries (the table body); a short last one is zero-padded. The
  * header checks in rank_run are inline code, not a function, and are not covered here.
  */
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 #include "wire.h"
 
 /* Entry layout (bootstrap.c put_info): addr len, addr, host, boot id, pid, flags (top byte:
- * NUMA nodes), layout key, kernel, CPUs. */
+ * NUMA nodes), layout key, kernel, CPUs, shared-memory identity. */
 #define ADDR_OFF 4
 #define HOST_OFF (ADDR_OFF + RING__TP_ADDR_MAX)
 #define BOOTID_OFF (HOST_OFF + RING__HOST_MAX)
@@ -24,8 +24,9 @@
 #define LAYOUT_OFF (FLAGS_OFF + 4)
 #define KERNEL_OFF (LAYOUT_OFF + 4)
 #define CPUS_OFF (KERNEL_OFF + 4)
+#define SHM_ID_OFF (CPUS_OFF + 4)
 #define HELLO_INFO_OFF 32
-_Static_assert(CPUS_OFF + 4 == RING__TABLE_ENTRY_LEN, "entry layout differs from bootstrap.c");
+_Static_assert(SHM_ID_OFF + 8 == RING__TABLE_ENTRY_LEN, "entry layout differs from bootstrap.c");
 _Static_assert(HELLO_INFO_OFF + RING__TABLE_ENTRY_LEN == RING__HELLO_LEN, "HELLO layout differs from bootstrap.c");
 
 /* e is exactly one entry long on the heap, so that ASan sees any read past it. */
@@ -53,6 +54,7 @@ static void check_entry(const unsigned char *e)
     FUZZ_CHECK(info.layout == ring__get32(e + LAYOUT_OFF));
     FUZZ_CHECK(info.kernel == ring__get32(e + KERNEL_OFF));
     FUZZ_CHECK(((uint32_t)info.cpu_first << 16 | info.cpu_count) == ring__get32(e + CPUS_OFF));
+    FUZZ_CHECK(info.shm_id == ring__get64(e + SHM_ID_OFF));
 
     /* Serialising what was parsed (the root does exactly that when it sends the table) gives
      * the entry back, except the terminators parse forces. A HELLO carries the same block. */

@@ -96,7 +96,7 @@ static int hello_ok(const unsigned char *buf, ring_result_t *code)
     return ring__hello_parse(buf, fuzz_secret, &r, &n, &out, code) == NULL;
 }
 
-/* Checked as the harness reads it: zero-padded, the secret written in when byte 288 says so. */
+/* Checked as the harness reads it: zero-padded, the secret written in when byte 296 says so. */
 static void hello_seed(const char *name, const unsigned char *buf, size_t len, ring_result_t want)
 {
     unsigned char h[RING__HELLO_LEN] = {0};
@@ -154,7 +154,7 @@ static void gen_hello(void)
     hello_seed("addr_len_max", b, RING__HELLO_LEN, RING_ERR_PROTOCOL);
 }
 
-/* An entry is the HELLO's address block (bytes 32..288). */
+/* An entry is the HELLO's address block (bytes 32..296). */
 static void entry_of(unsigned char *e, const ring__peer_info_t *in)
 {
     unsigned char b[RING__HELLO_LEN];

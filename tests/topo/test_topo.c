@@ -380,7 +380,9 @@ Test(topo, ring_order_keeps_ranks_that_share_memory_together)
     for (int r = 0; r < 4; r++) {
         snprintf(p[r].host, sizeof p[r].host, "node");
         snprintf(p[r].bootid, sizeof p[r].bootid, "boot");
-        p[r].flags = RING__PEER_SHM | (uint32_t)(r % 2 ? 0x51 : 0x17) << RING__PEER_SHMDIR_SHIFT;
+        p[r].flags = RING__PEER_SHM;
+        /* Alike in their low 32 bits: identities are compared whole. */
+        p[r].shm_id = r % 2 ? 0x5100000000000017ull : 0x1700000000000017ull;
     }
     int order[4], nh;
     cr_assert_eq(ring__topo_ring_order(NULL, p, 4, order, &nh), RING_OK);
