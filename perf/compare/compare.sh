@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Side-by-side allreduce (float sum) bus bandwidth: ringcomm vs Open MPI over TCP loopback vs
-# Open MPI with its defaults (shared memory), same sizes, one table joined by size.
+# Side-by-side allreduce (float sum) bus bandwidth, same sizes, one table joined by size:
+# ringcomm with its defaults (shared memory on one host) against Open MPI with its defaults
+# (shared memory), and ringcomm over TCP against Open MPI over TCP loopback. Each pair runs on
+# the same transport and the same TCP congestion control: the TCP run of ringcomm gets
+# RING_TRANSPORT=tcp and RING_TCP_CONGESTION=system (the host's, which Open MPI's sockets get;
+# ringcomm's own default, auto, would pick cubic inside a host, which on a host whose default
+# is bbr is a large advantage that has nothing to do with the libraries). Export
+# RING_TCP_CONGESTION to override; the header says what each ran with. --cc NAME (root) makes
+# NAME the host's default (net.ipv4.tcp_congestion_control) while the script runs, for both
+# libraries alike: --cc cubic compares them as on a stock Debian host.
 #
 #   perf/compare/compare.sh [-n NRANKS] [-b MIN] [-e MAX] [-f F] [--build DIR]
-#                           [--iters N] [--warmup N] [--check 0|1] [--repeat R]
+#                           [--iters N] [--warmup N] [--check 0|1] [--repeat R] [--cc NAME]
 #                           [--netns [--rate R | --no-shape] [--mtu M] [--timeout SEC]]
 #
 # Sizes accept K/M/G suffixes (powers of 1024). --repeat R runs every library R times,
-# interleaved (ring, TCP, default, ring, ...), and reports per size the median of the R runs'
+# interleaved (ringcomm, ring-TCP, OMPI-TCP, OMPI-default, ringcomm, ...), and reports per size the median of the R runs'
 # times, with the spread (min-max) of ringcomm and Open MPI default: oversubscribed runs vary
 # from run to run more than the libraries differ, and on a VM even 2 ranks do: the cost of moving
 # data between two vCPUs changes in steps that last milliseconds to seconds (perf/micro/xcore_pair.c,
@@ -31,6 +39,7 @@ NETNS=0
 RATE=1gbit
 MTU=1500
 TIMEOUT=600
+CC=""
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -55,6 +64,7 @@ while [[ $# -gt 0 ]]; do
         --no-shape) RATE=""; shift ;;
         --mtu) need_arg "$@"; MTU=$2; shift 2 ;;
         --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
+        --cc) need_arg "$@"; CC=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -63,6 +73,19 @@ done
 [[ $NRANKS =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: -n must be a positive integer" >&2; exit 2; }
 [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --timeout must be a positive number of seconds" >&2; exit 2; }
 [[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --repeat must be a positive integer" >&2; exit 2; }
+
+CC_FILE=/proc/sys/net/ipv4/tcp_congestion_control
+CC_WAS=""
+if [[ -n $CC ]]; then
+    [[ $CC =~ ^[a-z0-9_-]{1,15}$ ]] || { echo "compare.sh: --cc '$CC': not a congestion control name" >&2; exit 2; }
+    CC_WAS=$(cat "$CC_FILE")
+    echo "$CC" >"$CC_FILE" 2>/dev/null || {
+        echo "compare.sh: --cc $CC: cannot write $CC_FILE (root? available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null))" >&2
+        exit 2
+    }
+fi
+restore_cc() { [[ -z $CC_WAS ]] || echo "$CC_WAS" >"$CC_FILE" || true; }
+trap restore_cc EXIT
 
 RINGRUN=$BUILD/tools/ringrun
 RING_PERF=$BUILD/perf/ring_perf
@@ -84,11 +107,14 @@ fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
 CMD_RING=("$RINGRUN" -n "$NRANKS" -- "$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
+RING_TCP_CC=${RING_TCP_CONGESTION:-system}
+CMD_RTCP=(env RING_TRANSPORT=tcp RING_TCP_CONGESTION="$RING_TCP_CC" "${CMD_RING[@]}")
+HOST_CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
 CMD_TCP=("${MPIRUN[@]}" --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo "$MPI_BENCH" "${BENCH_ARGS[@]}")
 CMD_DEF=("${MPIRUN[@]}" "$MPI_BENCH" "${BENCH_ARGS[@]}")
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringcmp.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+trap 'restore_cc; rm -rf "$TMP"' EXIT
 
 # Every RING_* setting of the caller (not the job's secret), so that the table says how it was made.
 print_ring_env() {
@@ -106,12 +132,15 @@ if ((NETNS)); then
         bps=$(bed_rate_bps "$RATE") || { echo "compare.sh: --rate '$RATE': not a tc rate (e.g. 1gbit, 500mbit)" >&2; exit 2; }
         LINK_GBPS=$(awk -v b="$bps" 'BEGIN { printf("%.6f", b / 8e9) }')
     fi
-    trap 'bed_down; rm -rf "$TMP"' EXIT
+    trap 'bed_down; restore_cc; rm -rf "$TMP"' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     bed_init ""
     bed_up "$NRANKS" "$RATE" "$MTU"
     bed_mpirun_init
+    # Over TCP on the bed's links, as Open MPI: a caller's RING_TRANSPORT=auto would let
+    # ringcomm's ranks share memory past the shaped links (lib.sh bed_run).
+    export RING_TRANSPORT=tcp
     CMD_RING=("$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
     # Every host is a node of its own to Open MPI: keep the ranks unbound, as ringcomm's are.
     # --foreground: timeout(1) in a process group of its own would keep a Ctrl-C from mpirun
@@ -122,6 +151,7 @@ if ((NETNS)); then
     echo "# load         : $(uptime | sed 's/^ *//')"
     echo "# ringcomm     : rank i in $(bed_ns_host i): RING_RANK=i RING_NRANKS=$NRANKS RING_ROOT=$(bed_addr 0):$BED_PORT RING_SOCKET_IFNAME=$BED_IF RING_SECRET=<random> ${CMD_RING[*]}"
     echo "# OMPI-TCP     : ${CMD_TCP[*]}"
+    echo "# TCP congestion control: host default $HOST_CC${CC:+ (--cc; $CC_WAS before)}; between namespaces both libraries keep the system's"
     print_ring_env
     echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
     [[ -n $LINK_GBPS ]] && echo "# link: $RATE = $LINK_GBPS GB/s each way; busbw/link 1.0 = the shaped rate (TCP payload ceiling at MTU 1500: 1448/1514 = 0.956)"
@@ -130,8 +160,11 @@ fi
 if ((!NETNS)); then
 echo "# compare.sh: allreduce float sum, $NRANKS ranks on $(hostname), $NCPU cores, $(date '+%Y-%m-%d %H:%M:%S %z')"
 echo "# ringcomm     : ${CMD_RING[*]}"
+echo "# ring-TCP     : ${CMD_RTCP[*]}"
 echo "# OMPI-TCP     : ${CMD_TCP[*]}"
 echo "# OMPI-default : ${CMD_DEF[*]}"
+echo "# TCP congestion control: host default $HOST_CC${CC:+ (--cc; $CC_WAS before)} (Open MPI's sockets); ring-TCP RING_TCP_CONGESTION=$RING_TCP_CC"
+echo "# ring/TCP = OMPI-TCP time / ring-TCP time; ring/def = OMPI-default time / ringcomm time"
 print_ring_env
 echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
 fi
@@ -165,10 +198,12 @@ run() { # name outfile cmd...
 }
 
 : >"$TMP/ring.csv"
+: >"$TMP/rtcp.csv" # stays empty with --netns: ringcomm's own run is over TCP there
 : >"$TMP/tcp.csv"
 : >"$TMP/def.csv" # stays empty with --netns: no shared memory between hosts
 for ((rep = 0; rep < REPEAT; rep++)); do
     run ringcomm "$TMP/ring.csv" "${CMD_RING[@]}"
+    ((NETNS)) || run ring-TCP "$TMP/rtcp.csv" "${CMD_RTCP[@]}"
     run OMPI-TCP "$TMP/tcp.csv" "${CMD_TCP[@]}"
     ((NETNS)) || run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
 done
@@ -184,9 +219,10 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
         tl[s, nt[s]++] = $9; w[s] += ($12 > 0 ? $12 : 0); sizes[s] = 1
         if ($12 < 0) unchecked++; else checked++
     }
-    FILENAME ~ /ring\.csv$/ { add(r_tl, r_n, r_w, $3) }
-    FILENAME ~ /tcp\.csv$/  { add(t_tl, t_n, t_w, $3) }
-    FILENAME ~ /def\.csv$/  { add(d_tl, d_n, d_w, $3) }
+    FILENAME ~ /\/ring\.csv$/ { add(r_tl, r_n, r_w, $3) }
+    FILENAME ~ /\/rtcp\.csv$/ { add(c_tl, c_n, c_w, $3) }
+    FILENAME ~ /\/tcp\.csv$/  { add(t_tl, t_n, t_w, $3) }
+    FILENAME ~ /\/def\.csv$/  { add(d_tl, d_n, d_w, $3) }
     function median(tl, nt, s, out,    i, j, v, k, a) {
         k = nt[s]
         for (i = 0; i < k; i++) a[i] = tl[s, i] + 0
@@ -204,17 +240,18 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
             if (link != "") printf("  %10s  %10s", "busbw/link", "busbw/link")
             printf("\n")
         } else {
-        printf("#\n# %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", "size", "ringcomm", "OMPI-TCP", "OMPI-def",
-               "ring/TCP", "ring/def", "ringcomm", "OMPI-TCP", "OMPI-def")
-        if (rep > 1) printf("  %19s  %19s", "ringcomm range", "OMPI-def range")
-        printf("\n# %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", "(B)", "busbw GB/s", "busbw GB/s", "busbw GB/s",
-               "busbw", "busbw", "time (us)", "time (us)", "time (us)")
-        if (rep > 1) printf("  %19s  %19s", "time (us)", "time (us)")
+        printf("#\n# %10s  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s  %11s", "size", "ringcomm", "ring-TCP",
+               "OMPI-TCP", "OMPI-def", "ring/TCP", "ring/def", "ringcomm", "ring-TCP", "OMPI-TCP", "OMPI-def")
+        if (rep > 1) printf("  %19s  %19s  %19s", "ringcomm range", "ring-TCP range", "OMPI-def range")
+        printf("\n# %10s  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s  %11s", "(B)", "busbw GB/s", "busbw GB/s",
+               "busbw GB/s", "busbw GB/s", "busbw", "busbw", "time (us)", "time (us)", "time (us)", "time (us)")
+        if (rep > 1) printf("  %19s  %19s  %19s", "time (us)", "time (us)", "time (us)")
         printf("\n")
         }
         for (s in sizes) {
             fac = nranks > 1 ? 2 * (nranks - 1) / nranks : 0
             if (s in r_n) { r_t[s] = median(r_tl, r_n, s, mm); r_lo[s] = mm["min"]; r_hi[s] = mm["max"]; r_bw[s] = r_t[s] > 0 ? s / r_t[s] / 1e3 * fac : 0 }
+            if (s in c_n) { c_t[s] = median(c_tl, c_n, s, mm); c_lo[s] = mm["min"]; c_hi[s] = mm["max"]; c_bw[s] = c_t[s] > 0 ? s / c_t[s] / 1e3 * fac : 0 }
             if (s in t_n) { t_t[s] = median(t_tl, t_n, s, mm); t_bw[s] = t_t[s] > 0 ? s / t_t[s] / 1e3 * fac : 0 }
             if (s in d_n) { d_t[s] = median(d_tl, d_n, s, mm); d_lo[s] = mm["min"]; d_hi[s] = mm["max"]; d_bw[s] = d_t[s] > 0 ? s / d_t[s] / 1e3 * fac : 0 }
         }
@@ -228,8 +265,10 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
         wrong = 0
         for (i = 0; i < n; i++) {
             s = list[i]
-            # same bytes and busbw factor: the busbw ratio is the inverse time ratio (more digits)
-            ratio = ((s in r_t) && (s in t_t) && r_t[s] > 0) ? sprintf("%.2f", t_t[s] / r_t[s]) : "-"
+            # same bytes and busbw factor: the busbw ratio is the inverse time ratio (more digits).
+            # ring/TCP: the ring-TCP run against OMPI-TCP (on the bed the one ringcomm run is over TCP).
+            if (netns) ratio = ((s in r_t) && (s in t_t) && r_t[s] > 0) ? sprintf("%.2f", t_t[s] / r_t[s]) : "-"
+            else ratio = ((s in c_t) && (s in t_t) && c_t[s] > 0) ? sprintf("%.2f", t_t[s] / c_t[s]) : "-"
             if (netns) {
                 printf("  %10s  %10s  %10s  %9s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"), ratio,
                        f(r_t, s, "%.2f"), f(t_t, s, "%.2f"))
@@ -237,14 +276,17 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
                 printf("\n")
             } else {
             dratio = ((s in r_t) && (s in d_t) && r_t[s] > 0) ? sprintf("%.2f", d_t[s] / r_t[s]) : "-"
-            printf("  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"),
-                   f(d_bw, s, "%.3f"), ratio, dratio, f(r_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
+            printf("  %10s  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s  %11s", s, f(r_bw, s, "%.3f"),
+                   f(c_bw, s, "%.3f"), f(t_bw, s, "%.3f"), f(d_bw, s, "%.3f"), ratio, dratio, f(r_t, s, "%.2f"),
+                   f(c_t, s, "%.2f"), f(t_t, s, "%.2f"), f(d_t, s, "%.2f"))
             if (rep > 1)
-                printf("  %19s  %19s", (s in r_lo) ? sprintf("%.1f-%.1f", r_lo[s], r_hi[s]) : "-",
+                printf("  %19s  %19s  %19s", (s in r_lo) ? sprintf("%.1f-%.1f", r_lo[s], r_hi[s]) : "-",
+                       (s in c_lo) ? sprintf("%.1f-%.1f", c_lo[s], c_hi[s]) : "-",
                        (s in d_lo) ? sprintf("%.1f-%.1f", d_lo[s], d_hi[s]) : "-")
             printf("\n")
             }
             if ((s in r_w) && r_w[s] > 0) wrong += r_w[s]
+            if ((s in c_w) && c_w[s] > 0) wrong += c_w[s]
             if ((s in t_w) && t_w[s] > 0) wrong += t_w[s]
             if ((s in d_w) && d_w[s] > 0) wrong += d_w[s]
         }
@@ -256,6 +298,6 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
                    unchecked ? sprintf(" (%d rows not checked)", unchecked) : "")
         }
         exit(wrong || checked + unchecked == 0 ? 1 : 0)
-    }' "$TMP/ring.csv" "$TMP/tcp.csv" "$TMP/def.csv" || status=1
+    }' "$TMP/ring.csv" "$TMP/rtcp.csv" "$TMP/tcp.csv" "$TMP/def.csv" || status=1
 
 exit $status
