@@ -106,7 +106,11 @@ if (( NRANKS > NCPU )); then
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-CMD_RING=("$RINGRUN" -n "$NRANKS" -- "$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
+# --no-probe: ring_perf would otherwise stream 64 MiB between neighbours (its alpha and link
+# probe) before the sweep, which mpi_allreduce does not do: both start cold. (No effect seen on
+# 2026-12-06, 2 ranks over TCP under bbr, 1 MiB: 475-571 us after the probe, 555-576 without.)
+# compare.sh reads no model column.
+CMD_RING=("$RINGRUN" -n "$NRANKS" -- "$RING_PERF" -C allreduce --no-probe "${BENCH_ARGS[@]}")
 RING_TCP_CC=${RING_TCP_CONGESTION:-system}
 CMD_RTCP=(env RING_TRANSPORT=tcp RING_TCP_CONGESTION="$RING_TCP_CC" "${CMD_RING[@]}")
 HOST_CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
@@ -141,7 +145,7 @@ if ((NETNS)); then
     # Over TCP on the bed's links, as Open MPI: a caller's RING_TRANSPORT=auto would let
     # ringcomm's ranks share memory past the shaped links (lib.sh bed_run).
     export RING_TRANSPORT=tcp
-    CMD_RING=("$RING_PERF" -C allreduce "${BENCH_ARGS[@]}")
+    CMD_RING=("$RING_PERF" -C allreduce --no-probe "${BENCH_ARGS[@]}")
     # Every host is a node of its own to Open MPI: keep the ranks unbound, as ringcomm's are.
     # --foreground: timeout(1) in a process group of its own would keep a Ctrl-C from mpirun
     # and from this script's trap until the limit.
