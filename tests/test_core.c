@@ -307,6 +307,31 @@ Test(param, port_range)
     cr_assert_eq(hi, 50100);
     cr_assert_neq(ring__parse_port_range("50100-50000", &lo, &hi), 0);
     cr_assert_neq(ring__parse_port_range("5000", &lo, &hi), 0);
+    /* One port is a range: one rank per port is how env.md sizes it. */
+    cr_assert_eq(ring__parse_port_range("50000-50000", &lo, &hi), 0);
+    cr_assert(lo == 50000 && hi == 50000, "%d-%d", lo, hi);
+}
+
+/* The TCP message header: the receiver's check of magic, sequence and length, each on its own
+ * (until now only the fuzz build, which needs clang, saw a disabled sequence check). The magic
+ * is tcp.c's "RGMS". */
+Test(tcp, message_header_check_refuses_each_field_on_its_own)
+{
+    unsigned char h[16];
+    uint32_t seq;
+    uint64_t len;
+    ring__put32(h, 0x52474d53u);
+    ring__put32(h + 4, 5);
+    ring__put64(h + 8, 4096);
+    cr_assert_eq(ring__tcp_hdr_check(h, 5, 4096, &seq, &len), 0);
+    cr_assert(seq == 5 && len == 4096);
+    cr_assert_eq(ring__tcp_hdr_check(h, 4, 4096, &seq, &len), 2, "a message out of sequence");
+    cr_assert_eq(seq, 5);
+    cr_assert_eq(ring__tcp_hdr_check(h, 5, 4095, &seq, &len), 3, "a message of another length");
+    ring__put64(h + 8, (uint64_t)1 << 32 | 4096); /* a length cut to 32 bits would pass */
+    cr_assert_eq(ring__tcp_hdr_check(h, 5, 4096, &seq, &len), 3);
+    ring__put32(h, 0x52474d54u);
+    cr_assert_eq(ring__tcp_hdr_check(h, 5, 4096, &seq, &len), 1, "another magic");
 }
 
 Test(param, secret_hex_and_string)
@@ -1276,7 +1301,11 @@ Test(pair, allreduce_between_two_threads)
 
 /* A raw connection to the root at port that says HELLO as rank 2 of 3 with this secret and
  * protocol version (waiting up to 5 s for the root to listen); the REJECT's text in rej. */
-static void stray_hello(int port, const uint8_t secret[16], uint32_t version, char rej[RING__REJECT_MSG_LEN + 1])
+/* A HELLO from a raw socket as rank `rank` of `nranks`; version 0 keeps this build's, another
+ * is sent as builds up to version 9 sent theirs (288 bytes). The REJECT's text in rej ("" when
+ * the root sent none). */
+static void stray_hello(int port, const uint8_t secret[16], uint32_t rank, uint32_t nranks, uint32_t version,
+                        char rej[RING__REJECT_MSG_LEN + 1])
 {
     int fd = -1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -1293,12 +1322,14 @@ static void stray_hello(int port, const uint8_t secret[16], uint32_t version, ch
     strcpy(info.host, "elsewhere");
     strcpy(info.bootid, "other-build");
     unsigned char hello[RING__HELLO_LEN];
-    ring__hello_build(hello, secret, 2, 3, &info);
-    ring__put32(hello + 4, version);
-    /* As long as versions up to 9 made it (their entries had 256 bytes): such a rank has sent
-     * all it will, and the root must answer from the header, not wait for the rest. */
-    const size_t len = 288;
-    cr_assert_lt(len, sizeof hello);
+    ring__hello_build(hello, secret, rank, nranks, &info);
+    size_t len = sizeof hello;
+    if (version) {
+        ring__put32(hello + 4, version);
+        /* As long as versions up to 9 made it (their entries had 256 bytes): such a rank has
+         * sent all it will, and the root must answer from the header, not wait for the rest. */
+        len = 288;
+    }
     cr_assert_eq(write(fd, hello, len), (ssize_t)len);
     unsigned char b[RING__TABLE_HDR_LEN + RING__REJECT_MSG_LEN] = {0};
     size_t got = 0;
@@ -1342,7 +1373,7 @@ Test(bootstrap, a_rank_of_another_protocol_version_fails_the_job_at_once, .timeo
     }
     cr_assert(strstr(text, "rank 1 joined"), "rank 1 never joined: %s", text);
     char rej[RING__REJECT_MSG_LEN + 1];
-    stray_hello(port, prm.secret, 8, rej);
+    stray_hello(port, prm.secret, 2, 3, 8, rej);
     cr_assert(strstr(rej, "rank 2 runs ringcomm protocol version 8"), "REJECT: %s", rej);
     for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
     unlink(logpath);
@@ -1374,8 +1405,37 @@ Test(bootstrap, a_stray_of_another_version_without_ring_secret_is_only_turned_aw
     int port = free_port();
     for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 3, port);
     char rej[RING__REJECT_MSG_LEN + 1];
-    stray_hello(port, prm.secret, 8, rej);
+    stray_hello(port, prm.secret, 2, 3, 8, rej);
     cr_assert(strstr(rej, "protocol version 8"), "REJECT: %s", rej);
+    start_rank(&a[2], &t[2], 2, 3, port);
+    for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: %s: %s", r, ring_result_name(a[r].rc), ring_comm_last_error(a[r].comm));
+        ring_comm_destroy(a[r].comm);
+    }
+    clear_env();
+}
+
+/* A HELLO with the job's secret and version that claims a rank past the table (rank ==
+ * nranks, or 2^32 - 1) is turned away as out of range, and the job goes on: the root indexes
+ * its connection and entry arrays by that rank, one past their end at rank == nranks. */
+Test(bootstrap, a_hello_claiming_a_rank_past_the_table_is_turned_away, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_SECRET", "00112233445566778899aabbccddeeff", 1);
+    setenv("RING_TIMEOUT_MS", "20000", 1);
+    ring__params_t prm;
+    cr_assert_eq(ring__params_resolve(&prm, NULL), RING_OK, "%s", ring_comm_last_error(NULL));
+    pair_arg a[3];
+    pthread_t t[3];
+    int port = free_port();
+    for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 3, port);
+    const uint32_t claims[] = {3, 0xffffffffu};
+    for (int i = 0; i < 2; i++) {
+        char rej[RING__REJECT_MSG_LEN + 1];
+        stray_hello(port, prm.secret, claims[i], 3, 0, rej);
+        cr_assert(strstr(rej, "out of range for nranks=3"), "rank %u: REJECT: \"%s\"", claims[i], rej);
+    }
     start_rank(&a[2], &t[2], 2, 3, port);
     for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
     for (int r = 0; r < 3; r++) {
@@ -1479,7 +1539,7 @@ Test(pair, abort_from_another_thread_unblocks_the_call)
     ring_comm_destroy(c1);
 }
 
-Test(pair, timeout_names_the_peer)
+Test(pair, timeout_names_the_peer, .timeout = 30)
 {
     clear_env();
     setenv("RING_TIMEOUT_MS", "2000", 1);
@@ -1488,10 +1548,43 @@ Test(pair, timeout_names_the_peer)
     float buf[16] = {0};
     /* Only rank 0 calls: it must give up after the timeout and say whom it waited for. */
     ring_comm_t *c = c0;
+    const double t0 = now_ms();
     ring_result_t r = ring_allreduce(c, buf, buf, 16, RING_FLOAT32, RING_SUM);
+    const double ms = now_ms() - t0;
     cr_assert_eq(r, RING_ERR_TIMEOUT, "got %s", ring_result_name(r));
+    /* At the timeout, not long after it (a unit slip in the deadline would wait for ever). */
+    cr_assert(ms >= 1900 && ms < 6000, "gave up after %.0f ms with RING_TIMEOUT_MS=2000", ms);
     const char *m = ring_comm_last_error(c);
     cr_assert(strstr(m, "allreduce #0") && strstr(m, "rank 1"), "message: %s", m);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+    clear_env();
+}
+
+/* The same through the async API, polled: ring_test must hand back the request's failure (and
+ * keep handing it back), as ring_wait does; a program that polls and never waits would
+ * otherwise take a failed call for a finished one. */
+Test(pair, ring_test_returns_the_failure_of_its_request, .timeout = 30)
+{
+    clear_env();
+    setenv("RING_TIMEOUT_MS", "500", 1);
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    float buf[16] = {0};
+    ring_request_t *rq = NULL;
+    cr_assert_eq(ring_allreduce_async(c0, buf, buf, 16, RING_FLOAT32, RING_SUM, &rq), RING_OK);
+    int done = 0;
+    ring_result_t r = RING_OK;
+    for (int64_t end = ring__now_ns() + 10000000000LL; !done && ring__now_ns() < end;) {
+        r = ring_test(rq, &done);
+        if (!done) usleep(1000);
+    }
+    cr_assert(done, "the request never finished");
+    cr_assert_eq(r, RING_ERR_TIMEOUT, "ring_test gave %s", ring_result_name(r));
+    cr_assert_eq(ring_test(rq, &done), RING_ERR_TIMEOUT);
+    cr_assert(done);
+    cr_assert_eq(ring_wait(rq), RING_ERR_TIMEOUT);
+    cr_assert(strstr(ring_comm_last_error(c0), "rank 1"), "%s", ring_comm_last_error(c0));
     ring_comm_destroy(c0);
     ring_comm_destroy(c1);
     clear_env();
@@ -1873,6 +1966,75 @@ Test(pair, p2p_timeout_names_the_peer)
     cr_assert(strstr(ring_comm_last_error(c0), "from rank 1"), "%s", ring_comm_last_error(c0));
     ring_comm_destroy(c0);
     ring_comm_destroy(c1);
+    clear_env();
+}
+
+/* A data connection that reaches end of file while its peer's process lives on (its socket
+ * shut down, a middlebox that closed it): the receive fails at once naming the peer. A read
+ * of 0 taken for progress would spin for good, and no timeout would fire, as "progress" never
+ * stops (the watcher hides this when the peer dies, as it names the dead rank). */
+Test(pair, tcp_end_of_file_from_a_live_peer_fails_the_receive_at_once, .timeout = 30)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    setenv("RING_TIMEOUT_MS", "5000", 1);
+    ring_comm_t *c0, *c1;
+    init_pair(&c0, &c1);
+    cr_assert_str_eq(ring__tp_of(c0->conn_send[1])->name, "tcp");
+    cr_assert_eq(shutdown(ring__tcp_conn_fd(c0->conn_send[1]), SHUT_WR), 0, "%s", strerror(errno));
+    unsigned char b[100];
+    ring__p2p_op_t op = {.peer = 0, .is_send = 0, .buf = b, .len = sizeof b};
+    const double t0 = now_ms();
+    ring_result_t r = ring__p2p_run(c1, &op, 1);
+    const double ms = now_ms() - t0;
+    cr_assert_eq(r, RING_ERR_PEER, "got %s: %s", ring_result_name(r), ring_comm_last_error(c1));
+    cr_assert(strstr(ring_comm_last_error(c1), "connection closed"), "%s", ring_comm_last_error(c1));
+    cr_assert_lt(ms, 2000, "took %.0f ms", ms);
+    ring_comm_destroy(c0);
+    ring_comm_destroy(c1);
+    clear_env();
+}
+
+/* A shared-memory sender whose ring is full (every slot written, none taken) and whose
+ * receiver's process is gone: check() says so at once. The ring-full test had no test of its
+ * own (an off-by-one there left such a sender to the watcher or RING_TIMEOUT_MS), so this one
+ * drives the transport itself, below the watcher that names a departed rank. */
+Test(pair, shm_sender_with_a_full_ring_sees_its_receiver_leave, .timeout = 30)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "shm", 1);
+    ring_comm_t *c[2];
+    init_pair(&c[0], &c[1]);
+    void *tx = c[0]->conn_send[1];
+    const ring__transport_t *tp = ring__tp_of(tx);
+    cr_assert_str_eq(tp->name, "shm");
+    /* Far more than the ring holds: the sender fills it and then waits for slots. */
+    const size_t len = (size_t)256 << 20;
+    char *out = malloc(len);
+    cr_assert_not_null(out);
+    memset(out, 7, len);
+    void *sreq = NULL;
+    cr_assert_eq(tp->isend(tx, out, len, NULL, &sreq), RING_OK);
+    int moved = 1, done = 0;
+    for (int idle = 0; idle < 100;) {
+        moved = 0; /* progress only ever sets it */
+        cr_assert_eq(tp->progress(tx, &moved), RING_OK, "%s", ring_comm_last_error(c[0]));
+        idle = moved ? 0 : idle + 1;
+    }
+    cr_assert_eq(tp->test(sreq, &done), RING_OK);
+    cr_assert(!done, "the ring took the whole message");
+    cr_assert_eq(tp->check(tx), RING_OK, "the receiver is still there");
+    cr_assert_eq(ring_comm_destroy(c[1]), RING_OK);
+    ring_result_t r = RING_OK;
+    for (int64_t end = ring__now_ns() + 2000000000LL; r == RING_OK && ring__now_ns() < end; usleep(1000)) {
+        r = tp->check(tx);
+        if (r == RING_OK) r = tp->progress(tx, &moved);
+    }
+    cr_assert_eq(r, RING_ERR_PEER, "got %s 2 s after the receiver left: %s", ring_result_name(r),
+                 ring_comm_last_error(c[0]));
+    cr_assert(strstr(ring_comm_last_error(c[0]), "closed its connection"), "%s", ring_comm_last_error(c[0]));
+    ring_comm_destroy(c[0]);
+    free(out);
     clear_env();
 }
 
