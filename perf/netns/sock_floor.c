@@ -17,7 +17,8 @@
  * receive (both sides send first). Rank 0 prints per round and pattern the time per all-reduce
  * as ring_perf reports it: each rank times every iteration, rank 0 takes the slowest rank's
  * time of each and prints their median (us). Until 2026-12-06 it printed rank 0's mean, which
- * keeps every outlier of a loaded host: 12-29 % above this median with 2 ranks on loopback.
+ * can sit on either side of that (2 ranks on loopback: 24-35 % under it in one run, 26-66 %
+ * over it in another), so it did not compare with ring_perf's figures.
  * Exit status 0 when every rank's result is the exact sum.
  */
 #include <arpa/inet.h>
