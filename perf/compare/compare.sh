@@ -113,7 +113,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 CMD_RING=("$RINGRUN" -n "$NRANKS" -- "$RING_PERF" -C allreduce --no-probe "${BENCH_ARGS[@]}")
 RING_TCP_CC=${RING_TCP_CONGESTION:-system}
 CMD_RTCP=(env RING_TRANSPORT=tcp RING_TCP_CONGESTION="$RING_TCP_CC" "${CMD_RING[@]}")
-HOST_CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
+HOST_CC=$(cat "$CC_FILE" 2>/dev/null || echo unknown)
 CMD_TCP=("${MPIRUN[@]}" --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo "$MPI_BENCH" "${BENCH_ARGS[@]}")
 CMD_DEF=("${MPIRUN[@]}" "$MPI_BENCH" "${BENCH_ARGS[@]}")
 
