@@ -69,6 +69,9 @@ LOSSY_TIMEOUT_MS=20000    # lossy stages: a stall ends in the library's own erro
 # data moves again only at a connection's next retransmission, seconds later under load (CI,
 # 2026-11-29: no byte within 3 s of the link's return, and every rank timed out at 4 s).
 # What the stage tests is that the run then ends right, so its timeout is far from the stall.
+# Since 2026-12-06 the library caps that doubling at 1 s (RING_TCP_RTO_MAX_MS, Linux 6.15+):
+# before, a window update lost in the outage once left a sender probing on a timer past 20 s
+# (docs/reliability.md).
 FLAP_TIMEOUT_MS=20000
 
 skip() { echo "SKIP: netns-faults: $*"; exit 77; }

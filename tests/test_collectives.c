@@ -999,12 +999,11 @@ static int word_in(const char *list, const char *w)
     return 0;
 }
 
-/* Three ranks over TCP on loopback: every connection's INFO line must name `want` as its
- * congestion control (read back from the socket), and the results must be right. */
-static void run_cc_job(const char *setting, const char *want, uint64_t seed)
+/* Three ranks over TCP on loopback with `var` (NULL: nothing more) set: every connection's INFO
+ * line must show `want` after `key` (both read back from the socket), and the results must be
+ * right. */
+static void run_conn_job(const char *var, const char *key, const char *want, uint64_t seed)
 {
-    char var[64];
-    snprintf(var, sizeof var, "RING_TCP_CONGESTION=%s", setting);
     const char *const env[] = {"RING_TRANSPORT=tcp", var, NULL};
     job_t job = {.scenario = "float_random", .nranks = 3, .seed = seed_for(seed), .deadline_s = 120, .env = env,
                  .log_init = 1};
@@ -1013,26 +1012,34 @@ static void run_cc_job(const char *setting, const char *want, uint64_t seed)
     run_job(&job, &res, checked);
     char bad[1100] = "";
     int seen[3] = {0};
+    size_t klen = strlen(key), wlen = strlen(want);
     for (int r = 0; r < 3 && !bad[0]; r++) {
         char path[512], line[1024];
         snprintf(path, sizeof path, "%s/init.%d", res.outdir, r);
         FILE *f = fopen(path, "r");
         if (!f) continue;
         while (fgets(line, sizeof line, f) && !bad[0]) {
-            const char *p = strstr(line, "congestion control ");
-            if (!p) continue;
-            p += strlen("congestion control ");
-            if (strncmp(p, want, strlen(want)) != 0 || (p[strlen(want)] != ' ' && p[strlen(want)] != '\n'))
+            const char *p = strstr(line, key);
+            if (!p || !strstr(line, " over ")) continue;
+            p += klen;
+            if (strncmp(p, want, wlen) != 0 || !strchr(" ,\n", p[wlen]) || !p[wlen])
                 snprintf(bad, sizeof bad, "rank %d: %s", r, line);
             seen[r]++;
         }
         fclose(f);
     }
     remove_outdir(res.outdir);
-    cr_assert(!bad[0], "RING_TCP_CONGESTION=%s: expected %s, got %s", setting, want, bad);
+    cr_assert(!bad[0], "%s: expected %s%s, got %s", var ? var : "(defaults)", key, want, bad);
     for (int r = 0; r < 3; r++)
-        cr_assert(seen[r] >= 2, "rank %d logged %d TCP connections with their congestion control (expected its two "
-                  "ring neighbours' at least)", r, seen[r]);
+        cr_assert(seen[r] >= 2, "rank %d logged %d TCP connections with their %s(expected its two ring neighbours' at "
+                  "least)", r, seen[r], key);
+}
+
+static void run_cc_job(const char *setting, const char *want, uint64_t seed)
+{
+    char var[64];
+    snprintf(var, sizeof var, "RING_TCP_CONGESTION=%s", setting);
+    run_conn_job(var, "congestion control ", want, seed);
 }
 
 /* Reno is in every kernel and allowed to every process. */
@@ -1066,6 +1073,56 @@ Test(tcp, congestion_control_unknown_fails_on_every_rank, .timeout = 120)
 {
     static const char *const env[] = {"RING_TRANSPORT=tcp", "RING_TCP_CONGESTION=no-such-cc", NULL};
     run_initfail(3, env, "RING_TCP_CONGESTION=\"no-such-cc\": the kernel refused TCP congestion control no-such-cc");
+}
+
+/* ---- Backoff cap (RING_TCP_RTO_MAX_MS) ---- */
+
+/* The cap each data socket must carry, as its INFO line prints it: `ms` where the kernel has
+ * TCP_RTO_MAX_MS (Linux 6.15, which also brought the sysctl read here), "the kernel's" where
+ * it has not (the library goes on without it). */
+static void rto_want(int ms, char *out, size_t len)
+{
+    char sys[32];
+    read_sysctl("/proc/sys/net/ipv4/tcp_rto_max_ms", sys, sizeof sys);
+    if (!sys[0]) {
+        fprintf(stderr, "[tcp rto] this kernel has no TCP_RTO_MAX_MS: checking that the library goes on without it\n");
+        snprintf(out, len, "the kernel's");
+    } else if (ms) {
+        snprintf(out, len, "%d ms", ms);
+    } else {
+        snprintf(out, len, "%s ms", sys);
+    }
+}
+
+/* By default a data socket's retransmissions and zero-window probes back off to 1 s at most:
+ * a window update lost in an outage then costs a second, not up to 120 s (tcp.c, rto_set). */
+Test(tcp, backoff_cap_default_is_one_second, .timeout = 180)
+{
+    char want[48];
+    rto_want(1000, want, sizeof want);
+    run_conn_job(NULL, "backoff cap ", want, 0xcd01);
+}
+
+Test(tcp, backoff_cap_named_is_used, .timeout = 180)
+{
+    char want[48];
+    rto_want(2500, want, sizeof want);
+    run_conn_job("RING_TCP_RTO_MAX_MS=2500", "backoff cap ", want, 0xcd02);
+}
+
+/* 0 leaves the kernel's cap (net.ipv4.tcp_rto_max_ms, 120 s unless changed). */
+Test(tcp, backoff_cap_zero_keeps_the_kernels, .timeout = 180)
+{
+    char want[48];
+    rto_want(0, want, sizeof want);
+    run_conn_job("RING_TCP_RTO_MAX_MS=0", "backoff cap ", want, 0xcd03);
+}
+
+/* Below the kernel's 1 s floor: a configuration error on every rank, not a silent default. */
+Test(tcp, backoff_cap_below_one_second_fails_on_every_rank, .timeout = 120)
+{
+    static const char *const env[] = {"RING_TRANSPORT=tcp", "RING_TCP_RTO_MAX_MS=999", NULL};
+    run_initfail(3, env, "RING_TCP_RTO_MAX_MS=\"999\": expected 0 (the kernel's) or an integer in [1000, 120000]");
 }
 
 /* Without a usable segment directory, auto keeps TCP (and says so at WARN); shm refuses. */

@@ -718,6 +718,31 @@ Test(param, tcp_congestion)
     unsetenv("RING_TCP_CONGESTION");
 }
 
+Test(param, tcp_rto_max)
+{
+    clear_env();
+    ring__params_t p;
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.tcp_rto_max_ms, 1000);
+    cr_assert_eq(p.tcp_rto_max_set, 0);
+    static const struct { const char *s; int v; } good[] = {{"0", 0}, {"1000", 1000}, {"2500", 2500}, {"120000", 120000}};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        setenv("RING_TCP_RTO_MAX_MS", good[i].s, 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s: %s", good[i].s, ring_comm_last_error(NULL));
+        cr_assert_eq(p.tcp_rto_max_ms, good[i].v, "%s gave %d", good[i].s, p.tcp_rto_max_ms);
+        cr_assert_eq(p.tcp_rto_max_set, 1);
+    }
+    /* The kernel takes 1000 .. 120000 (TCP_RTO_MAX_MS): below or above is refused here, not
+     * left for every socket to fail. */
+    static const char *const bad[] = {"1", "999", "120001", "-1", "1s", "x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("RING_TCP_RTO_MAX_MS", bad[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "%s accepted", bad[i]);
+        cr_assert(strstr(ring_comm_last_error(NULL), "RING_TCP_RTO_MAX_MS") != NULL);
+    }
+    unsetenv("RING_TCP_RTO_MAX_MS");
+}
+
 Test(param, tcp_duplex)
 {
     ring__params_t p;

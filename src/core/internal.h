@@ -92,6 +92,8 @@ typedef struct ring__params {
     int spin_yield; /* RING_SPIN_YIELD: -1 auto, 0 never, 1 always (yield the CPU between tries) */
     int tcp_duplex; /* RING_TCP_DUPLEX: a pair that stays TCP sends both ways on one socket bundle */
     char tcp_cc[16]; /* RING_TCP_CONGESTION: "auto", "system" or a kernel algorithm's name */
+    int tcp_rto_max_ms; /* RING_TCP_RTO_MAX_MS: cap of the data sockets' backoff; 0 keeps the kernel's */
+    int tcp_rto_max_set; /* RING_TCP_RTO_MAX_MS was given (a kernel without the option is then a warning) */
     int port_lo, port_hi; /* data listen port range; 0,0 = ephemeral */
     int algo;             /* RING__ALGO_*: RING_ALGO */
     size_t rd_max_bytes;  /* auto: recursive doubling up to this many bytes (RING_RD_MAX_BYTES) */

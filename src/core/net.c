@@ -442,6 +442,23 @@ const char *ring__sock_cc(int fd, char *buf, size_t len)
     return buf;
 }
 
+/* Debian 12's headers predate it; the number is the kernel's ABI. */
+#ifndef TCP_RTO_MAX_MS
+#define TCP_RTO_MAX_MS 44
+#endif
+
+int ring__sock_set_rto_max(int fd, int ms)
+{
+    return setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof ms) == 0 ? 0 : errno;
+}
+
+int ring__sock_rto_max(int fd)
+{
+    int ms = 0;
+    socklen_t l = sizeof ms;
+    return getsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, &l) == 0 ? ms : -1;
+}
+
 void ring__sock_tune(int fd, size_t bufbytes)
 {
     int one = 1;

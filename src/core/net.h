@@ -78,6 +78,11 @@ int ring__addr_is_loopback(const ring__sockaddr_t *a);
  * into buf ("?" when it cannot be read). */
 int ring__sock_set_cc(int fd, const char *name);
 const char *ring__sock_cc(int fd, char *buf, size_t len);
+/* Cap of fd's retransmission and zero-window-probe backoff (TCP_RTO_MAX_MS, Linux 6.15): set
+ * it (0 or errno: ENOPROTOOPT on older kernels, EINVAL outside 1000 .. 120000), or read it
+ * (-1 when it cannot be read). */
+int ring__sock_set_rto_max(int fd, int ms);
+int ring__sock_rto_max(int fd);
 /* TCP_NODELAY, keepalive, optional buffer sizes. */
 void ring__sock_tune(int fd, size_t bufbytes);
 int ring__set_nonblock(int fd);

@@ -229,6 +229,17 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
                                 cc, sizeof p->tcp_cc - 1);
         snprintf(p->tcp_cc, sizeof p->tcp_cc, "%s", cc);
     }
+    v = RING__DEFAULT_TCP_RTO_MAX_MS;
+    RING_CHECK(env_int("RING_TCP_RTO_MAX_MS", 0, RING__MAX_TCP_RTO_MAX_MS, &v));
+    if (v && v < RING__MIN_TCP_RTO_MAX_MS) {
+        rc = ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                          "RING_TCP_RTO_MAX_MS=\"%s\": expected 0 (the kernel's) or an integer in [%d, %d] (the "
+                          "kernel takes no less than 1 s)",
+                          getenv("RING_TCP_RTO_MAX_MS"), RING__MIN_TCP_RTO_MAX_MS, RING__MAX_TCP_RTO_MAX_MS);
+        goto fail;
+    }
+    p->tcp_rto_max_ms = (int)v;
+    p->tcp_rto_max_set = getenv("RING_TCP_RTO_MAX_MS") && *getenv("RING_TCP_RTO_MAX_MS");
     v = RING__DEFAULT_PIPELINE_DEPTH;
     RING_CHECK(env_int("RING_PIPELINE_DEPTH", 1, RING__MAX_PIPELINE_DEPTH, &v));
     p->pipeline_depth = (int)v;
