@@ -217,9 +217,9 @@ static void cc_init(tcp_ctx *ctx)
  * the namespace bed (host 1's link down for 1 s in 1 MiB all-reduces) the sender sat with
  * 520 KB queued in "persist" for 2 s while the receiver's queue was empty, and once in 7 full
  * runs of that test no byte moved for the whole 20 s RING_TIMEOUT_MS; retransmissions of
- * segments lost in the outage back off the same way. Capped at 1 s, a lost update or segment costs at
- * most a second per round. Kernels before 6.15 have no such cap (120 s): said at INFO, or at
- * WARN when RING_TCP_RTO_MAX_MS was set, on the first socket.
+ * segments lost in the outage back off the same way. Capped at 1 s, a lost update or segment
+ * costs at most a second per round. Kernels before 6.15 have no such cap (120 s): said at
+ * INFO, or at WARN when RING_TCP_RTO_MAX_MS was set, on the first socket.
  */
 static void rto_set(tcp_ctx *ctx, int fd)
 {
