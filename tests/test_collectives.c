@@ -999,11 +999,22 @@ static int word_in(const char *list, const char *w)
     return 0;
 }
 
+/* Where `key` is in line, what follows it must be `want`, ended by a space, comma or newline. */
+static int conn_field_ok(const char *line, const char *key, const char *want)
+{
+    const char *p = strstr(line, key);
+    if (!p) return 0;
+    p += strlen(key);
+    size_t wlen = strlen(want);
+    return strncmp(p, want, wlen) == 0 && p[wlen] && strchr(" ,\n", p[wlen]);
+}
+
 /* Three ranks over TCP on loopback with `var` and `var2` (NULL: nothing more) set: every
- * connection's INFO line must show `want` after `key` (both read back from the socket), every
- * rank's log must hold `must` (NULL: no such check), and the results must be right. */
-static void run_conn_job(const char *var, const char *var2, const char *key, const char *want, const char *must,
-                         uint64_t seed)
+ * connection's INFO line must show `want` after `key`, and `want2` after `key2` where key2 is
+ * not NULL (all read back from the socket), every rank's log must hold `must` (NULL: no such
+ * check), and the results must be right. */
+static void run_conn_job(const char *var, const char *var2, const char *key, const char *want, const char *key2,
+                         const char *want2, const char *must, uint64_t seed)
 {
     const char *const env[] = {"RING_TRANSPORT=tcp", var, var ? var2 : NULL, NULL};
     job_t job = {.scenario = "float_random", .nranks = 3, .seed = seed_for(seed), .deadline_s = 120, .env = env,
@@ -1013,7 +1024,6 @@ static void run_conn_job(const char *var, const char *var2, const char *key, con
     run_job(&job, &res, checked);
     char bad[1100] = "";
     int seen[3] = {0}, said[3] = {0};
-    size_t klen = strlen(key), wlen = strlen(want);
     for (int r = 0; r < 3 && !bad[0]; r++) {
         char path[512], line[1024];
         snprintf(path, sizeof path, "%s/init.%d", res.outdir, r);
@@ -1021,17 +1031,16 @@ static void run_conn_job(const char *var, const char *var2, const char *key, con
         if (!f) continue;
         while (fgets(line, sizeof line, f) && !bad[0]) {
             if (must && strstr(line, must)) said[r]++;
-            const char *p = strstr(line, key);
-            if (!p || !strstr(line, " over ")) continue;
-            p += klen;
-            if (strncmp(p, want, wlen) != 0 || !strchr(" ,\n", p[wlen]) || !p[wlen])
+            if (!strstr(line, key) || !strstr(line, " over ")) continue;
+            if (!conn_field_ok(line, key, want) || (key2 && !conn_field_ok(line, key2, want2)))
                 snprintf(bad, sizeof bad, "rank %d: %s", r, line);
             seen[r]++;
         }
         fclose(f);
     }
     remove_outdir(res.outdir);
-    cr_assert(!bad[0], "%s: expected %s%s, got %s", var ? var : "(defaults)", key, want, bad);
+    cr_assert(!bad[0], "%s: expected %s%s%s%s, got %s", var ? var : "(defaults)", key, want, key2 ? " and " : "",
+              key2 ? want2 : "", bad);
     for (int r = 0; r < 3; r++) {
         cr_assert(seen[r] >= 2, "rank %d logged %d TCP connections with their %s(expected its two ring neighbours' at "
                   "least)", r, seen[r], key);
@@ -1043,7 +1052,7 @@ static void run_cc_job(const char *setting, const char *want, uint64_t seed)
 {
     char var[64];
     snprintf(var, sizeof var, "RING_TCP_CONGESTION=%s", setting);
-    run_conn_job(var, NULL, "congestion control ", want, NULL, seed);
+    run_conn_job(var, NULL, "congestion control ", want, NULL, NULL, NULL, seed);
 }
 
 /* Reno is in every kernel and allowed to every process. */
@@ -1081,18 +1090,24 @@ Test(tcp, congestion_control_unknown_fails_on_every_rank, .timeout = 120)
 
 /* ---- Backoff cap (RING_TCP_RTO_MAX_MS) ---- */
 
+#define GIVE_UP "gives up unacknowledged after "
+
 /* The cap each data socket must carry, as its INFO line prints it: `ms` where the kernel has
  * TCP_RTO_MAX_MS (Linux 6.15, which also brought the sysctl read here), "the kernel's" where
- * it has not (the library goes on without it). */
-static void rto_want(int ms, char *out, size_t len)
+ * it has not (the library goes on without it). With the cap, the kernel must give a
+ * connection up after the larger of 925 s and `timeout_ms` + 10 s without an acknowledgement
+ * (TCP_USER_TIMEOUT), not by its own rule, which the cap shortens to 14.4 s. */
+static void rto_want(int ms, int timeout_ms, char *out, size_t len, char *gone, size_t glen)
 {
     char sys[32];
     read_sysctl("/proc/sys/net/ipv4/tcp_rto_max_ms", sys, sizeof sys);
+    snprintf(gone, glen, "the kernel's rule");
     if (!sys[0]) {
         fprintf(stderr, "[tcp rto] this kernel has no TCP_RTO_MAX_MS: checking that the library goes on without it\n");
         snprintf(out, len, "the kernel's");
     } else if (ms) {
         snprintf(out, len, "%d ms", ms);
+        snprintf(gone, glen, "%d ms", timeout_ms + 10000 > 925000 ? timeout_ms + 10000 : 925000);
     } else {
         snprintf(out, len, "%s ms", sys);
     }
@@ -1102,24 +1117,24 @@ static void rto_want(int ms, char *out, size_t len)
  * a window update lost in an outage then costs a second, not up to 120 s (tcp.c, rto_set). */
 Test(tcp, backoff_cap_default_is_one_second, .timeout = 180)
 {
-    char want[48];
-    rto_want(1000, want, sizeof want);
-    run_conn_job(NULL, NULL, "backoff cap ", want, NULL, 0xcd01);
+    char want[48], gone[48];
+    rto_want(1000, 30000, want, sizeof want, gone, sizeof gone); /* the harness's RING_TIMEOUT_MS */
+    run_conn_job(NULL, NULL, "backoff cap ", want, GIVE_UP, gone, NULL, 0xcd01);
 }
 
 Test(tcp, backoff_cap_named_is_used, .timeout = 180)
 {
-    char want[48];
-    rto_want(2500, want, sizeof want);
-    run_conn_job("RING_TCP_RTO_MAX_MS=2500", NULL, "backoff cap ", want, NULL, 0xcd02);
+    char want[48], gone[48];
+    rto_want(2500, 1000000, want, sizeof want, gone, sizeof gone);
+    run_conn_job("RING_TCP_RTO_MAX_MS=2500", "RING_TIMEOUT_MS=1000000", "backoff cap ", want, GIVE_UP, gone, NULL, 0xcd02);
 }
 
 /* 0 leaves the kernel's cap (net.ipv4.tcp_rto_max_ms, 120 s unless changed). */
 Test(tcp, backoff_cap_zero_keeps_the_kernels, .timeout = 180)
 {
-    char want[48];
-    rto_want(0, want, sizeof want);
-    run_conn_job("RING_TCP_RTO_MAX_MS=0", NULL, "backoff cap ", want, NULL, 0xcd03);
+    char want[48], gone[48];
+    rto_want(0, 0, want, sizeof want, gone, sizeof gone);
+    run_conn_job("RING_TCP_RTO_MAX_MS=0", NULL, "backoff cap ", want, GIVE_UP, gone, NULL, 0xcd03);
 }
 
 /* A kernel without the option (before 6.15, as Debian 12's 6.1), which the ranks get from
@@ -1136,7 +1151,7 @@ static void run_no_rto_job(const char *var, const char *level, uint64_t seed)
     snprintf(pre, sizeof pre, "LD_PRELOAD=%s", shim);
     snprintf(must, sizeof must, "%s NET tcp: RING_TCP_RTO_MAX_MS=%s not applied (", level,
              var ? strchr(var, '=') + 1 : "1000");
-    run_conn_job(pre, var, "backoff cap ", "the kernel's", must, seed);
+    run_conn_job(pre, var, "backoff cap ", "the kernel's", GIVE_UP, "the kernel's rule", must, seed);
 }
 
 Test(tcp, backoff_cap_without_the_kernel_option_runs_on, .timeout = 180) { run_no_rto_job(NULL, "INFO", 0xcd04); }

@@ -459,6 +459,18 @@ int ring__sock_rto_max(int fd)
     return getsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, &l) == 0 ? ms : -1;
 }
 
+int ring__sock_set_user_timeout(int fd, unsigned ms)
+{
+    return setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) == 0 ? 0 : errno;
+}
+
+long ring__sock_user_timeout(int fd)
+{
+    unsigned ms = 0;
+    socklen_t l = sizeof ms;
+    return getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, &l) == 0 ? (long)ms : -1;
+}
+
 void ring__sock_tune(int fd, size_t bufbytes)
 {
     int one = 1;

@@ -83,6 +83,11 @@ const char *ring__sock_cc(int fd, char *buf, size_t len);
  * (-1 when it cannot be read). */
 int ring__sock_set_rto_max(int fd, int ms);
 int ring__sock_rto_max(int fd);
+/* TCP_USER_TIMEOUT: how long data may stay unacknowledged (or a window closed) before the
+ * kernel gives the connection up; set (0 or errno) or read (-1 when it cannot be read; 0 is
+ * the kernel's own rule). */
+int ring__sock_set_user_timeout(int fd, unsigned ms);
+long ring__sock_user_timeout(int fd);
 /* TCP_NODELAY, keepalive, optional buffer sizes. */
 void ring__sock_tune(int fd, size_t bufbytes);
 int ring__set_nonblock(int fd);

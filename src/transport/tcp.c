@@ -39,6 +39,7 @@
  * sends and receives on all sockets are driven together, so no message size can deadlock.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,10 @@
 #define MAX_PENDING 64
 #define HS_TIMEOUT_NS (10LL * 1000000000LL)
 #define MAX_IOV 16
+/* TCP_USER_TIMEOUT of a capped socket (rto_set): past RING_TIMEOUT_MS, and no shorter than
+ * the kernel's give-up time without the cap (15 retransmissions from 200 ms up to 120 s). */
+#define USER_TIMEOUT_SLACK_MS 10000
+#define USER_TIMEOUT_MIN_MS 925000
 
 typedef struct tcp_listen tcp_listen;
 typedef struct bundle bundle;
@@ -220,13 +225,33 @@ static void cc_init(tcp_ctx *ctx)
  * segments lost in the outage back off the same way. Capped at 1 s, a lost update or segment
  * costs at most a second per round. Kernels before 6.15 have no such cap (120 s): said at
  * INFO, or at WARN when RING_TCP_RTO_MAX_MS was set, on the first socket.
+ *
+ * The cap also shortens the kernel's own rule for giving a connection up: 15 retransmissions
+ * (net.ipv4.tcp_retries2) on a timer doubling up to the cap, 14.4 s at 1 s where it was about
+ * 15 min at 120 s. A 20 s outage then ended in ETIMEDOUT on the bed, where the uncapped
+ * sockets rode it out. So a capped socket also gets TCP_USER_TIMEOUT, which replaces that
+ * rule: the uncapped rule's 925 s without an acknowledgement (or with the window closed), or
+ * RING_TIMEOUT_MS + 10 s if longer. A call that waits fails at RING_TIMEOUT_MS by itself,
+ * naming the call and the peer; the kernel's limit only matters between calls, where sooner
+ * would only do harm.
  */
 static void rto_set(tcp_ctx *ctx, int fd)
 {
     const ring__params_t *p = &ctx->comm->params;
     if (!p->tcp_rto_max_ms || ctx->rto_refused) return;
     int e = ring__sock_set_rto_max(fd, p->tcp_rto_max_ms);
-    if (!e) return;
+    if (!e) {
+        unsigned long long ut = (unsigned long long)p->timeout_ms + USER_TIMEOUT_SLACK_MS;
+        if (ut < USER_TIMEOUT_MIN_MS) ut = USER_TIMEOUT_MIN_MS;
+        e = ring__sock_set_user_timeout(fd, ut > UINT_MAX ? UINT_MAX : (unsigned)ut);
+        /* Any kernel with the cap has had this since 2.6.37: a refusal is something else. */
+        if (e)
+            RING_LOG(RING_LOG_WARN, RING_SUB_NET, ctx->comm->rank,
+                     "tcp: TCP_USER_TIMEOUT refused (errno %d): the kernel may give a connection up after 15 "
+                     "retransmissions at the %d ms backoff cap",
+                     e, p->tcp_rto_max_ms);
+        return;
+    }
     ctx->rto_refused = 1;
     char eb[128];
     const char *why = strerror_r(e, eb, sizeof eb); /* GNU: may return its own text */
@@ -656,12 +681,15 @@ static ring_result_t view_new(tcp_ctx *ctx, int is_send, int peer, const int *fd
     for (int i = 0; i < c->nsocks; i++) c->q[i].fd = fds[i];
     c->bundle = lk;
     if (lk) lk->refs++;
-    char cc[32], rto[32] = "the kernel's";
+    char cc[32], rto[32] = "the kernel's", gone[32] = "the kernel's rule";
     int rto_ms = ring__sock_rto_max(fds[0]);
+    long ut = ring__sock_user_timeout(fds[0]);
     if (rto_ms > 0) snprintf(rto, sizeof rto, "%d ms", rto_ms);
+    if (ut > 0) snprintf(gone, sizeof gone, "%ld ms", ut);
     RING_LOG(RING_LOG_INFO, RING_SUB_NET, ctx->comm->rank,
-             "tcp: %s %s over %d socket(s), congestion control %s, backoff cap %s%s",
+             "tcp: %s %s over %d socket(s), congestion control %s, backoff cap %s, gives up unacknowledged after %s%s",
              is_send ? "sending to" : "receiving from", c->desc, c->nsocks, ring__sock_cc(fds[0], cc, sizeof cc), rto,
+             gone,
              !lk ? "" : lk->refs == 2 ? " (duplex: the sockets of the other direction)" : " (duplex)");
     *out = c;
     return RING_OK;
