@@ -2,14 +2,16 @@
 # bed.sh: run a ringcomm job across N network namespaces ("hosts") joined by a bridge, each
 # link shaped to a rate (default 1 Gbit/s both ways): a multi-host test bed on one machine.
 #
-#   perf/netns/bed.sh [-n N] [--rate R | --no-shape] [--mtu M] [--build DIR]
-#                     [--timeout SEC] [--prefix P] [--keep] [-- command args...]
+#   perf/netns/bed.sh [-n N] [--rate R | --no-shape] [--mtu M] [--loss H:PERMILLE]
+#                     [--build DIR] [--timeout SEC] [--prefix P] [--keep] [-- command args...]
 #   perf/netns/bed.sh --clean [PREFIX]
 #
 #   -n N          hosts, one rank each (default 4)
 #   --rate R      tc rate of every link, each direction (default 1gbit; tc units: mbit, gbit...)
 #   --no-shape    no tbf: veth speed
 #   --mtu M       MTU of the links (default 1500)
+#   --loss H:P    drop P in 1000 IPv4 frames (random) as they reach host H and as they leave it
+#                 (nftables netdev ingress of its veth0 and of its switch port; needs nft(8))
 #   --build DIR   build directory of the default command (default: the repository's build/)
 #   --timeout SEC kill everything after SEC seconds (default 600; exit status 124)
 #   --prefix P    namespace name prefix (default rcb<pid>-); leftovers with it are removed first
@@ -38,6 +40,7 @@ TIMEOUT=600
 PREFIX=""
 KEEP=0
 CLEAN=0
+LOSS=""
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "bed.sh: $1 needs a value" >&2; exit 2; }; }
@@ -49,6 +52,7 @@ while [[ $# -gt 0 ]]; do
         --rate=*) RATE=${1#--rate=}; shift ;;
         --no-shape) RATE=""; shift ;;
         --mtu) need_arg "$@"; MTU=$2; shift 2 ;;
+        --loss) need_arg "$@"; LOSS=$2; shift 2 ;;
         --build) need_arg "$@"; BUILD=$2; shift 2 ;;
         --build=*) BUILD=${1#--build=}; shift ;;
         --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
@@ -70,6 +74,11 @@ fi
 
 [[ $N =~ ^[1-9][0-9]*$ ]] || { echo "bed.sh: -n must be a positive integer" >&2; exit 2; }
 [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "bed.sh: --timeout must be a positive number of seconds" >&2; exit 2; }
+if [[ -n $LOSS ]]; then
+    [[ $LOSS =~ ^([0-9]+):([0-9]+)$ ]] && ((BASH_REMATCH[1] < N && BASH_REMATCH[2] <= 1000)) ||
+        { echo "bed.sh: --loss expects HOST:PERMILLE with HOST < $N and PERMILLE <= 1000" >&2; exit 2; }
+    command -v nft >/dev/null || { echo "bed.sh: --loss needs nft(8) (Debian package nftables)" >&2; exit 2; }
+fi
 
 if [[ $# -eq 0 ]]; then
     set -- "$BUILD/perf/ring_perf" -C allreduce -b 4K -e 64M -f 4 -c 1
@@ -96,6 +105,20 @@ trap 'exit 143' TERM
 
 bed_init "$PREFIX"
 bed_up "$N" "$RATE" "$MTU"
+if [[ -n $LOSS ]]; then
+    lh=${LOSS%%:*} lp=${LOSS#*:}
+    # Both ends of host lh's link, so its sent and received frames are dropped alike; the
+    # namespaces go with the bed, and the tables with them.
+    for where in host port; do
+        if [[ $where == host ]]; then ns=$(bed_ns_host "$lh") dev=$BED_IF; else ns=$(bed_ns_bridge) dev=p$lh; fi
+        ip netns exec "$ns" nft -f - <<NFT
+table netdev rcbloss {
+    chain in { type filter hook ingress device "$dev" priority 0; meta protocol ip numgen random mod 1000 < $lp counter drop; }
+}
+NFT
+    done
+    echo "# netns bed: host $lh loses $lp in 1000 IPv4 frames each way (nftables, ingress of $BED_IF and of p$lh)"
+fi
 
 echo "# netns bed: $(bed_describe)"
 echo "# netns bed: command: $*"
@@ -106,6 +129,13 @@ echo "# netns bed: $(date '+%Y-%m-%d %H:%M:%S %z'), $(uptime | sed 's/^ *//')"
 out=$BED_DIR/logs
 rc=0
 bed_run "$out" "$TIMEOUT" "$@" || rc=$?
+if [[ -n $LOSS ]]; then
+    drops=$({
+        ip netns exec "$(bed_ns_host "$lh")" nft list table netdev rcbloss
+        ip netns exec "$(bed_ns_bridge)" nft list table netdev rcbloss
+    } 2>/dev/null | grep -o 'counter packets [0-9]*' | awk '{ s += $3 } END { print s + 0 }')
+    echo "# netns bed: --loss dropped $drops frames"
+fi
 
 cat "$out/rank0.out"
 if ((rc == 0)); then
