@@ -165,40 +165,6 @@ netem_drops() {
         done
     } | grep -o 'dropped [0-9]*' | awk '{ s += $2 } END { print s + 0 }'
 }
-# nft: drop PERMILLE in 1000 IPv4 frames (ARP passes) as they arrive at each end of every link (ingress of
-# the host's veth0 and of the switch port), tbf untouched.
-nft_loss_on() { # permille
-    local i
-    for ((i = 0; i < BED_N; i++)); do
-        ip netns exec "$(bed_ns_host "$i")" nft -f - <<NFT || return 1
-table netdev rcfault {
-    chain in { type filter hook ingress device "$BED_IF" priority 0; meta protocol ip numgen random mod 1000 < $1 counter drop; }
-}
-NFT
-        ip netns exec "$br" nft -f - <<NFT || return 1
-table netdev rcfault$i {
-    chain in { type filter hook ingress device "p$i" priority 0; meta protocol ip numgen random mod 1000 < $1 counter drop; }
-}
-NFT
-    done
-}
-nft_drops() {
-    local i
-    {
-        for ((i = 0; i < BED_N; i++)); do
-            ip netns exec "$(bed_ns_host "$i")" nft list table netdev rcfault
-            ip netns exec "$br" nft list table netdev "rcfault$i"
-        done
-    } 2>/dev/null | grep -o 'counter packets [0-9]*' | awk '{ s += $3 } END { print s + 0 }'
-}
-nft_loss_off() {
-    local i
-    for ((i = 0; i < BED_N; i++)); do
-        ip netns exec "$(bed_ns_host "$i")" nft delete table netdev rcfault 2>/dev/null
-        ip netns exec "$br" nft delete table netdev "rcfault$i" 2>/dev/null
-    done
-    return 0
-}
 
 # --- checked sweeps under impairment ---------------------------------------------------------
 # run_checked NAME ring_perf-args...: every rank exits 0, rank 0's table has rows, 0 wrong.
@@ -240,11 +206,11 @@ case $impair in
         shape_restore || fail "restoring tbf on the links failed"
         ;;
     nft)
-        nft_loss_on 20 || fail "nft loss on the links failed"
+        for ((i = 0; i < BED_N; i++)); do bed_loss_on "$i" 20 || fail "nft loss on host $i's link failed"; done
         sweeps "lossy (nft ingress loss 2% both ways, no netem)"
-        d=$(nft_drops)
+        d=$(bed_loss_drops)
         if ((d > 0)); then pass "lossy: nft dropped $d packets on the links"; else fail "lossy: nft dropped nothing: the stage tested nothing"; fi
-        nft_loss_off
+        bed_loss_off
         stage_skip "corrupt: needs the netem qdisc, which this kernel lacks"
         ;;
     *)

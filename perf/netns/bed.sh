@@ -106,18 +106,9 @@ trap 'exit 143' TERM
 bed_init "$PREFIX"
 bed_up "$N" "$RATE" "$MTU"
 if [[ -n $LOSS ]]; then
-    lh=${LOSS%%:*} lp=${LOSS#*:}
-    # Both ends of host lh's link, so its sent and received frames are dropped alike; the
-    # namespaces go with the bed, and the tables with them.
-    for where in host port; do
-        if [[ $where == host ]]; then ns=$(bed_ns_host "$lh") dev=$BED_IF; else ns=$(bed_ns_bridge) dev=p$lh; fi
-        ip netns exec "$ns" nft -f - <<NFT
-table netdev rcbloss {
-    chain in { type filter hook ingress device "$dev" priority 0; meta protocol ip numgen random mod 1000 < $lp counter drop; }
-}
-NFT
-    done
-    echo "# netns bed: host $lh loses $lp in 1000 IPv4 frames each way (nftables, ingress of $BED_IF and of p$lh)"
+    lh=${LOSS%%:*}
+    bed_loss_on "$lh" "${LOSS#*:}"
+    echo "# netns bed: host $lh loses ${LOSS#*:} in 1000 IPv4 frames each way (nftables, ingress of $BED_IF and of p$lh)"
 fi
 
 echo "# netns bed: $(bed_describe)"
@@ -129,13 +120,7 @@ echo "# netns bed: $(date '+%Y-%m-%d %H:%M:%S %z'), $(uptime | sed 's/^ *//')"
 out=$BED_DIR/logs
 rc=0
 bed_run "$out" "$TIMEOUT" "$@" || rc=$?
-if [[ -n $LOSS ]]; then
-    drops=$({
-        ip netns exec "$(bed_ns_host "$lh")" nft list table netdev rcbloss
-        ip netns exec "$(bed_ns_bridge)" nft list table netdev rcbloss
-    } 2>/dev/null | grep -o 'counter packets [0-9]*' | awk '{ s += $3 } END { print s + 0 }')
-    echo "# netns bed: --loss dropped $drops frames"
-fi
+[[ -z $LOSS ]] || echo "# netns bed: --loss dropped $(bed_loss_drops) frames"
 
 cat "$out/rank0.out"
 if ((rc == 0)); then

@@ -207,6 +207,39 @@ bed_wait_links() {
     return 1
 }
 
+# Packet loss with nftables (the kernel may lack netem): drop PERMILLE in 1000 IPv4 frames
+# (ARP passes) as they arrive at each end of host H's link, the ingress of its veth0 and of its
+# switch port, so it loses that share each way; tbf stays. The tables go with the namespaces.
+bed_loss_on() { # host permille
+    local ns dev
+    for ns in "$(bed_ns_host "$1")" "$(bed_ns_bridge)"; do
+        if [[ $ns == "$(bed_ns_bridge)" ]]; then dev=p$1; else dev=$BED_IF; fi
+        ip netns exec "$ns" nft -f - <<NFT || return 1
+table netdev rcbloss$1 {
+    chain in { type filter hook ingress device "$dev" priority 0; meta protocol ip numgen random mod 1000 < $2 counter drop; }
+}
+NFT
+    done
+}
+# Frames bed_loss_on dropped so far, on every host.
+bed_loss_drops() {
+    local i
+    {
+        for ((i = 0; i < BED_N; i++)); do
+            ip netns exec "$(bed_ns_host "$i")" nft list table netdev "rcbloss$i"
+            ip netns exec "$(bed_ns_bridge)" nft list table netdev "rcbloss$i"
+        done
+    } 2>/dev/null | grep -o 'counter packets [0-9]*' | awk '{ s += $3 } END { print s + 0 }'
+}
+bed_loss_off() {
+    local i
+    for ((i = 0; i < BED_N; i++)); do
+        ip netns exec "$(bed_ns_host "$i")" nft delete table netdev "rcbloss$i" 2>/dev/null
+        ip netns exec "$(bed_ns_bridge)" nft delete table netdev "rcbloss$i" 2>/dev/null
+    done
+    return 0
+}
+
 # One line describing the bed.
 bed_describe() {
     local shape="unshaped"
