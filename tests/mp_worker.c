@@ -1124,6 +1124,10 @@ static int scenario_faults(uint64_t seed)
     int64_t t1 = mono_ns();
     ring_result_t again = ring_barrier(comm);
     int64_t fast_us = (mono_ns() - t1) / 1000;
+    char name[64], val[64];
+    snprintf(name, sizeof name, "again.%d", g_rank);
+    snprintf(val, sizeof val, "%lld\n", (long long)fast_us);
+    write_outfile(name, val); /* the harness reports the slowest */
     if (again != rc || fast_us > 100000) {
         wlog("after the failure, ring_barrier returned %s in %lld us (expected %s at once)", ring_result_name(again),
              (long long)fast_us, ring_result_name(rc));
