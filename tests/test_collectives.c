@@ -628,15 +628,20 @@ static uint64_t next_rand(uint64_t *x)
 }
 #define FAULT_BOUND_MS 2000
 
-/* One trial of the faults scenario: runs it, checks every survivor's error, and returns how
- * long after the kill the slowest one came (s); slow (if not NULL, slowsz bytes) gets the trial,
- * that rank and its error, so that a slow bed can be told from a slow path. */
-static double fault_trial(int trial, int n, uint64_t seed, const char *const *env, long long bound_ns, char *slow,
-                          size_t slowsz, long long *again_us)
+/* The slowest survivor over a test's trials (how long after the kill, which trial, rank and
+ * error: a slow bed can be told from a slow path) and the slowest call after an error. */
+typedef struct {
+    double worst;
+    char slowest[1700];
+    long long again_us;
+} fault_stats;
+
+/* One trial of the faults scenario: runs it, checks every survivor's error, and adds its
+ * timings to *st. */
+static void fault_trial(int trial, int n, uint64_t seed, const char *const *env, long long bound_ns, fault_stats *st)
 {
     job_t job = {.scenario = "faults", .nranks = n, .seed = seed, .env = env, .deadline_s = 40, .kill_ok = 1};
     job_result_t res;
-    double worst = 0;
     run_job_once(&job, &res);
     if (res.port_in_use) { /* someone took the root port first: the trial never started */
         remove_outdir(res.outdir);
@@ -668,18 +673,16 @@ static double fault_trial(int trial, int n, uint64_t seed, const char *const *en
         int have = read_outfile(res.outdir, name, ebuf, sizeof ebuf);
         long long t_err = have ? atoll(ebuf) : 0;
         double late = (double)(t_err - t_kill) / 1e9;
-        if (late > worst) {
-            worst = late;
+        if (late > st->worst) {
+            st->worst = late;
             const char *msg = strchr(ebuf, ' ');
             ebuf[strcspn(ebuf, "\n")] = '\0';
-            if (slow)
-                snprintf(slow, slowsz, "trial %d, N=%d seed=0x%" PRIx64 ", rank %d after rank %d's death:%s", trial, n,
-                         seed, r, victim, msg ? msg : " (no message)");
+            snprintf(st->slowest, sizeof st->slowest, "trial %d, N=%d seed=0x%" PRIx64 ", rank %d after rank %d's death:%s",
+                     trial, n, seed, r, victim, msg ? msg : " (no message)");
         }
         char abuf[64];
-        snprintf(name, sizeof name, "again.%d", r);
-        if (again_us && read_outfile(res.outdir, name, abuf, sizeof abuf) && atoll(abuf) > *again_us)
-            *again_us = atoll(abuf);
+        snprintf(name, sizeof name, "again.%d", r); /* only where the survivor made the next call */
+        if (read_outfile(res.outdir, name, abuf, sizeof abuf) && atoll(abuf) > st->again_us) st->again_us = atoll(abuf);
         int ok = have && t_err - t_kill < bound_ns && strstr(ebuf, want);
         if (!ok) remove_outdir(outdir);
         cr_assert(have, "trial %d (N=%d seed=0x%" PRIx64 "): survivor %d left no error", trial, n, seed, r);
@@ -689,28 +692,21 @@ static double fault_trial(int trial, int n, uint64_t seed, const char *const *en
                   n, seed, r, want, ebuf);
     }
     remove_outdir(outdir);
-    return worst;
 }
 
 Test(faults, kill_a_random_rank_at_a_random_point, .timeout = 600)
 {
     uint64_t rs = seed_for(0xfa017);
-    double worst = 0;
-    long long again_us = 0;
-    char slowest[1700] = "", slow[1700];
+    fault_stats st = {0};
     int trials = (int)env_count("RING_TEST_FAULT_TRIALS", FAULT_TRIALS);
     long long bound_ns = env_count("RING_TEST_FAULT_BOUND_MS", FAULT_BOUND_MS) * 1000000LL;
     int maxn = max_ranks() && max_ranks() < FAULT_MAX_RANKS ? max_ranks() : FAULT_MAX_RANKS;
     for (int trial = 0; trial < trials; trial++) {
         int n = 2 + (int)(next_rand(&rs) % (uint64_t)(maxn - 1));
-        double w = fault_trial(trial, n, next_rand(&rs), NULL, bound_ns, slow, sizeof slow, &again_us);
-        if (w > worst) {
-            worst = w;
-            memcpy(slowest, slow, sizeof slowest);
-        }
+        fault_trial(trial, n, next_rand(&rs), NULL, bound_ns, &st);
     }
     fprintf(stderr, "[faults] %d trials: every survivor named the killed rank; slowest error %.3f s after the kill (%s); "
-            "slowest call after the error %lld us\n", trials, worst, slowest, again_us);
+            "slowest call after the error %lld us\n", trials, st.worst, st.slowest, st.again_us);
 }
 
 /* The same where rank 0 is slow to relay the death (a test hook holds every relay 300 ms) and
@@ -726,18 +722,12 @@ Test(faults, rank_0_relays_a_death_before_its_own_call_returns, .timeout = 300)
     uint64_t rs = seed_for(0xfa018);
     long long bound_ns = env_count("RING_TEST_FAULT_BOUND_MS", FAULT_BOUND_MS) * 1000000LL;
     int maxn = max_ranks() && max_ranks() < 4 ? max_ranks() : 4;
-    double worst = 0;
-    char slowest[1700] = "", slow[1700];
-    for (int trial = 0; trial < 20; trial++) {
-        double w = fault_trial(trial, maxn < 3 ? maxn : 3 + (int)(next_rand(&rs) % (uint64_t)(maxn - 2)),
-                               next_rand(&rs), trial % 2 ? env_exit : env_abort, bound_ns, slow, sizeof slow, NULL);
-        if (w > worst) {
-            worst = w;
-            memcpy(slowest, slow, sizeof slowest);
-        }
-    }
+    fault_stats st = {0};
+    for (int trial = 0; trial < 20; trial++)
+        fault_trial(trial, maxn < 3 ? maxn : 3 + (int)(next_rand(&rs) % (uint64_t)(maxn - 2)), next_rand(&rs),
+                    trial % 2 ? env_exit : env_abort, bound_ns, &st);
     fprintf(stderr, "[faults relay] 20 trials: every survivor named the killed rank; slowest error %.3f s after the kill (%s)\n",
-            worst, slowest);
+            st.worst, st.slowest);
 }
 
 /* The failing-call side of the same rule, which the random trials above seldom reach: a call

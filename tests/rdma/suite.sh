@@ -104,11 +104,9 @@ stage() { # name timeout command... (a shell function bounds itself)
   shift 2
   echo "suite: ---- $name"
   t0=$(date +%s)
-  if declare -F "$1" >/dev/null; then
-    { r=0; "$@" 2>&1 || r=$?; echo "$r" > "$tmp/stage.rc"; } | tee "$log"
-  else
-    { r=0; timeout -k 10 "$limit" "$@" 2>&1 || r=$?; echo "$r" > "$tmp/stage.rc"; } | tee "$log"
-  fi
+  local run=("$@")
+  declare -F "$1" >/dev/null || run=(timeout -k 10 "$limit" "$@")
+  { r=0; "${run[@]}" 2>&1 || r=$?; echo "$r" > "$tmp/stage.rc"; } | tee "$log"
   rc=$(cat "$tmp/stage.rc")
   dt=$(( $(date +%s) - t0 ))
   if [ "$rc" -eq 0 ]; then
