@@ -141,6 +141,64 @@ Test(rdma_gid, empty_or_zero_tables_say_so)
     cr_assert_eq(ring__rdma_pick_gid(ib, 1, 0, NULL, why, sizeof why), -1);
 }
 
+/* The handshake's check of the two ends' GIDs (ring__rdma_gid_check), on the soft-RoCE guest's
+ * table (0: fe80:: link-local, 1: ::ffff:198.18.0.1, both RoCE v2) and on a dual-stack one. */
+Test(rdma_gid, ends_of_one_version_and_family_connect)
+{
+    char why[512] = "";
+    ring__gid_ent_t a = v4(1, RING__GID_ROCE_V2, 198, 18, 0, 1), b = v4(3, RING__GID_ROCE_V2, 10, 0, 0, 5);
+    cr_assert_eq(ring__rdma_gid_check(&a, &b, 1, why, sizeof why), 0, "%s", why);
+    ring__gid_ent_t l = v6_link_local(0, RING__GID_ROCE_V2), m = v6_link_local(1, RING__GID_ROCE_V2);
+    cr_assert_eq(ring__rdma_gid_check(&l, &m, 1, why, sizeof why), 0, "%s", why);
+    /* RoCE v1 routes by the Ethernet address: the GIDs' families do not matter there. */
+    ring__gid_ent_t v1a = v4(2, RING__GID_ROCE_V1, 10, 0, 0, 5), v1b = v6_link_local(0, RING__GID_ROCE_V1);
+    cr_assert_eq(ring__rdma_gid_check(&v1a, &v1b, 1, why, sizeof why), 0, "%s", why);
+    /* A device that did not say its GID's type: nothing to compare, as before the check. */
+    ring__gid_ent_t u = v4(1, RING__GID_UNKNOWN, 10, 0, 0, 6);
+    cr_assert_eq(ring__rdma_gid_check(&u, &v1a, 1, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(ring__rdma_gid_check(&b, &u, 1, why, sizeof why), 0, "%s", why);
+}
+
+Test(rdma_gid, ipv4_and_ipv6_v2_ends_are_refused_naming_both)
+{
+    char why[512] = "";
+    ring__gid_ent_t l = v6_link_local(0, RING__GID_ROCE_V2), a = v4(1, RING__GID_ROCE_V2, 198, 18, 0, 1);
+    cr_assert_eq(ring__rdma_gid_check(&l, &a, 3, why, sizeof why), -1);
+    cr_assert(strstr(why, "GID index 0 (RoCE v2, IPv6 fe80::9800:0:0:ad) here, GID index 1 (RoCE v2, IPv4 198.18.0.1) at rank 3"),
+              "%s", why);
+    cr_assert(strstr(why, "IPv4 and IPv6") && strstr(why, "RING_IB_GID_INDEX"), "%s", why);
+    cr_assert_eq(ring__rdma_gid_check(&a, &l, 0, why, sizeof why), -1);
+    cr_assert(strstr(why, "GID index 1 (RoCE v2, IPv4 198.18.0.1) here, GID index 0 (RoCE v2, IPv6 fe80::9800:0:0:ad) at rank 0"),
+              "%s", why);
+}
+
+Test(rdma_gid, v1_and_v2_ends_are_refused_naming_both)
+{
+    char why[512] = "";
+    ring__gid_ent_t t[6];
+    roce_table(t);
+    /* Index 3 on one host and 2 on the other: same address, different versions. */
+    cr_assert_eq(ring__rdma_gid_check(&t[3], &t[2], 1, why, sizeof why), -1);
+    cr_assert(strstr(why, "GID index 3 (RoCE v2, IPv4 10.0.0.5) here, GID index 2 (RoCE v1, IPv4 10.0.0.5) at rank 1"), "%s",
+              why);
+    cr_assert(strstr(why, "RoCE versions differ"), "%s", why);
+    cr_assert_eq(ring__rdma_gid_check(&t[0], &t[5], 2, why, sizeof why), -1);
+    cr_assert(strstr(why, "RoCE versions differ"), "%s", why);
+}
+
+Test(rdma_gid, a_refusal_of_two_long_ipv6_gids_fits_the_handshake)
+{
+    /* The text travels in the handshake (HS_TEXT, 320 bytes with its terminator) and must
+     * keep its advice at the end. */
+    ring__gid_ent_t a = {.index = 255, .type = RING__GID_ROCE_V2}, b = {.index = 254, .type = RING__GID_ROCE_V1};
+    memset(a.gid, 0xab, 16);
+    memset(b.gid, 0xcd, 16);
+    char why[512] = "";
+    cr_assert_eq(ring__rdma_gid_check(&a, &b, 2147483647, why, sizeof why), -1);
+    cr_assert_lt(strlen(why), 320, "%zu: %s", strlen(why), why);
+    cr_assert(strstr(why, "abab:abab:abab:abab:abab:abab:abab:abab") && strstr(why, "(RING_IB_GID_INDEX)"), "%s", why);
+}
+
 Test(rdma_soft, kernel_devices_are_named)
 {
     cr_assert(ring__rdma_soft_device("rxe0"));

@@ -81,8 +81,12 @@
 #define OFFER_MAGIC 0x5247524fu /* "RGRO" */
 #define ACK_MAGIC 0x52475241u   /* "RGRA" */
 #define READY_MAGIC 0x52475259u /* "RGRY" */
-#define HS_LEN 192
-#define HS_TEXT 88
+/* Handshake message: 0 magic, 4 status, 8 link layer, 12 LID, 16 MTU, 20 QPs, 24 PSN, 28 GID
+ * index, 32 GID, 48 QP numbers, 80 address, 88 rkey, 92 slots, 96 slot bytes, 104 GID type,
+ * HS_TEXT_AT the reason of a non-zero status (long enough for two IPv6 GIDs and a hint). */
+#define HS_TEXT_AT 112
+#define HS_TEXT 320
+#define HS_LEN (HS_TEXT_AT + HS_TEXT)
 #define READY_LEN 8
 #define MAX_QPS 8
 #define HDR 64 /* slot header: message number, message length, offset (padded to a cache line) */
@@ -175,6 +179,7 @@ struct rdma_ctx {
     enum ibv_mtu mtu;
     int gid_index;
     union ibv_gid gid;
+    uint32_t gid_type; /* RING__GID_* */
     int nqp;
     up *ups;
     uint8_t *keep_tcp[2];
@@ -272,6 +277,14 @@ static ring_result_t open_port(rdma_ctx *ctx, char *why, size_t len)
     return ctx->dev ? RING_OK : RING_ERR_UNSUPPORTED;
 }
 
+/* The handshake compares the two ends' GID types (ring__rdma_gid_check). */
+static uint32_t gid_type_of(rdma_ctx *ctx)
+{
+    struct ibv_gid_entry e;
+    if (ibv_query_gid_ex(ctx->dev, (uint32_t)ctx->port, (uint32_t)ctx->gid_index, &e, 0) != 0) return RING__GID_UNKNOWN;
+    return e.gid_type == IBV_GID_TYPE_ROCE_V2 ? RING__GID_ROCE_V2 : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? RING__GID_ROCE_V1 : RING__GID_IB;
+}
+
 static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
 {
     ring_comm_t *comm = ctx->comm;
@@ -291,7 +304,11 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
             return RING_ERR_INVALID_ARG;
         }
         ctx->gid_index = (int)v;
-        snprintf(why, len, "GID index %d (RING_IB_GID_INDEX)", ctx->gid_index);
+        ctx->gid_type = gid_type_of(ctx);
+        ring__gid_ent_t g = {.index = (uint32_t)v, .type = ctx->gid_type};
+        memcpy(g.gid, ctx->gid.raw, 16);
+        ring__rdma_gid_str(&g, why, len);
+        snprintf(why + strlen(why), len - strlen(why), " (RING_IB_GID_INDEX)");
         return RING_OK;
     }
     /* The table holds every port's entries, and the kernel refuses (EINVAL) an array too
@@ -340,6 +357,7 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
         snprintf(why, len, "ibv_query_gid(%d): %s", ctx->gid_index, strerror(errno));
         return RING_ERR_SYSTEM;
     }
+    ctx->gid_type = gid_type_of(ctx);
     return RING_OK;
 }
 
@@ -574,7 +592,7 @@ static void put_hs(rdma_ctx *ctx, up *u)
     ring__put32(u->msg, u->is_send ? OFFER_MAGIC : ACK_MAGIC);
     ring__put32(u->msg + 4, (uint32_t)u->status);
     if (u->status) {
-        snprintf((char *)u->msg + 104, HS_TEXT, "%.*s", HS_TEXT - 1, u->reason);
+        snprintf((char *)u->msg + HS_TEXT_AT, HS_TEXT, "%.*s", HS_TEXT - 1, u->reason);
         return;
     }
     ring__put32(u->msg + 8, ctx->is_ib ? 1 : 2);
@@ -584,6 +602,7 @@ static void put_hs(rdma_ctx *ctx, up *u)
     ring__put32(u->msg + 24, c->psn);
     ring__put32(u->msg + 28, (uint32_t)ctx->gid_index);
     memcpy(u->msg + 32, ctx->gid.raw, 16);
+    ring__put32(u->msg + 104, ctx->gid_type);
     for (int q = 0; q < c->nqp; q++) ring__put32(u->msg + 48 + 4 * q, c->qp[q]->qp_num);
     if (u->is_send) {
         ring__put64(u->msg + 80, (uint64_t)(uintptr_t)c->cred);
@@ -606,6 +625,13 @@ static int connect_qps(rdma_ctx *ctx, up *u)
         snprintf(u->reason, sizeof u->reason, "link layers differ (%s here, %s at rank %d)", ctx->is_ib ? "InfiniBand" : "RoCE",
                  is_ib ? "InfiniBand" : "RoCE", u->peer);
         return EPROTO;
+    }
+    if (!is_ib) {
+        ring__gid_ent_t here = {.index = (uint32_t)ctx->gid_index, .type = ctx->gid_type};
+        ring__gid_ent_t there = {.index = ring__get32(m + 28), .type = ring__get32(m + 104)};
+        memcpy(here.gid, ctx->gid.raw, 16);
+        memcpy(there.gid, m + 32, 16);
+        if (ring__rdma_gid_check(&here, &there, u->peer, u->reason, sizeof u->reason)) return EPROTO;
     }
     if ((int)ring__get32(m + 20) != c->nqp) {
         snprintf(u->reason, sizeof u->reason, "RING_IB_QPS_PER_PEER differs (%d here, %u at rank %d)", c->nqp,
@@ -681,7 +707,7 @@ static rdma_conn *conn_new(rdma_ctx *ctx, int peer, int is_send)
 static void peer_reason(up *u)
 {
     char t[HS_TEXT];
-    memcpy(t, u->msg + 104, HS_TEXT);
+    memcpy(t, u->msg + HS_TEXT_AT, HS_TEXT);
     t[HS_TEXT - 1] = '\0';
     snprintf(u->reason, sizeof u->reason, "rank %d: %s", u->peer, t);
 }

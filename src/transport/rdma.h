@@ -33,8 +33,8 @@ const char *ring__rdma_dev_name(void *rdma_ctx);
  * with a device registration must not be longer. */
 size_t ring__rdma_slot_bytes(void *conn);
 
-/* One GID table entry, as ibv_query_gid_table reports it. */
-enum { RING__GID_IB = 0, RING__GID_ROCE_V1 = 1, RING__GID_ROCE_V2 = 2 };
+/* One GID table entry, as ibv_query_gid_table reports it. UNKNOWN: the device did not say. */
+enum { RING__GID_IB = 0, RING__GID_ROCE_V1 = 1, RING__GID_ROCE_V2 = 2, RING__GID_UNKNOWN = 3 };
 typedef struct ring__gid_ent {
     uint8_t gid[16];
     uint32_t index;
@@ -50,6 +50,21 @@ typedef struct ring__gid_ent {
  * what was chosen and why (for the INFO log).
  */
 int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_t *want_v4, char *why, size_t len);
+
+/* "GID index 1 (RoCE v2, IPv4 198.18.0.1)": an entry as the logs and errors name it. */
+void ring__rdma_gid_str(const ring__gid_ent_t *e, char *buf, size_t len);
+
+/*
+ * RoCE: whether this rank's GID (here) and a peer's (there) can carry a connection between
+ * them. RoCE v1 and v2 packets never reach each other's queue pairs (a real HCA takes both to
+ * RTS, then every send times out), and RoCE v2 carries the GIDs as the packets' IP addresses,
+ * so an IPv4-mapped GID and an IPv6 one have no route between them (the kernel refuses RTR
+ * with EINVAL). Ranks get there when RING_IB_GID_INDEX means different entries on different
+ * hosts, or a v1-only NIC faces a v2 one. Returns 0, or -1 with why naming both entries (this
+ * side's as "here", the peer's "at rank <peer>"), read by both ranks. RING__GID_UNKNOWN on
+ * either side passes the version check.
+ */
+int ring__rdma_gid_check(const ring__gid_ent_t *here, const ring__gid_ent_t *there, int peer, char *why, size_t len);
 
 /* A verbs device implemented by the kernel on the host's CPUs (soft-RoCE "rxe", soft-iWARP
  * "siw"): its work competes with ranks that poll without yielding (RING_SPIN_YIELD). */

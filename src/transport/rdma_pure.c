@@ -1,4 +1,5 @@
 /* Device-free parts of the RDMA transport (rdma.h): GID choice and slot-window arithmetic. */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,6 +66,43 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
                  e->type == RING__GID_ROCE_V2 ? 2 : 1, is_link_local(e->gid) ? " link-local" : "");
     }
     return (int)e->index;
+}
+
+static const char *type_str(uint32_t type)
+{
+    switch (type) {
+    case RING__GID_IB: return "InfiniBand";
+    case RING__GID_ROCE_V1: return "RoCE v1";
+    case RING__GID_ROCE_V2: return "RoCE v2";
+    }
+    return "type unknown";
+}
+
+void ring__rdma_gid_str(const ring__gid_ent_t *e, char *buf, size_t len)
+{
+    char a[INET6_ADDRSTRLEN] = "?";
+    if (is_v4_mapped(e->gid))
+        inet_ntop(AF_INET, e->gid + 12, a, sizeof a);
+    else
+        inet_ntop(AF_INET6, e->gid, a, sizeof a);
+    snprintf(buf, len, "GID index %u (%s, %s %s)", e->index, type_str(e->type), is_v4_mapped(e->gid) ? "IPv4" : "IPv6", a);
+}
+
+int ring__rdma_gid_check(const ring__gid_ent_t *here, const ring__gid_ent_t *there, int peer, char *why, size_t len)
+{
+    const char *what = NULL;
+    int known = here->type != RING__GID_UNKNOWN && there->type != RING__GID_UNKNOWN;
+    if (known && here->type != there->type)
+        what = "RoCE versions differ, and v1 and v2 packets never meet";
+    else if (known && here->type == RING__GID_ROCE_V2 && is_v4_mapped(here->gid) != is_v4_mapped(there->gid))
+        what = "RoCE v2 carries GIDs as IP addresses, and IPv4 and IPv6 have no route between them";
+    if (!what) return 0;
+    char h[96], t[96];
+    ring__rdma_gid_str(here, h, sizeof h);
+    ring__rdma_gid_str(there, t, sizeof t);
+    snprintf(why, len, "%s here, %s at rank %d: %s; give every rank a GID of one kind (RING_IB_GID_INDEX)", h, t, peer,
+             what);
+    return -1;
 }
 
 int ring__rdma_slot_of_imm(uint64_t freed, uint32_t nslots, uint32_t imm, uint64_t *slot)

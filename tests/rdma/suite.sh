@@ -21,8 +21,9 @@
 #   3. handshake: a rank stalls in the middle of the verbs handshake; the others must fail
 #      init with a timeout that names it and release the half-made connections.
 #   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), registered
-#      buffers that verbs read in place, and RING_IB_GID_INDEX naming an unused GID entry
-#      (with RING_TRANSPORT=rdma and auto).
+#      buffers that verbs read in place, RING_IB_GID_INDEX naming an unused GID entry (with
+#      RING_TRANSPORT=rdma and auto), and two ranks whose GIDs cannot reach each other (IPv6
+#      facing IPv4; RoCE v1, through gid_as_v1.so, facing v2): refused on both, or TCP under auto.
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
 #      report the RING_IB_TIMEOUT and RING_IB_RETRY_CNT given.
 #   6. credits: a receiver send queue of 1 entry (RING_TEST_IB_RECV_SQ=1), so that credit
@@ -272,6 +273,46 @@ mixed_and_registered() {
   fi
   grep -m 1 -o 'RING_IB_GID_INDEX=100[^"]*' "$tmp/gid-auto.log" ||
     { echo "suite: auto, RING_IB_GID_INDEX=100 failed without naming the variable:"; tail -n 20 "$tmp/gid-auto.log"; return 1; }
+  # Ends whose GIDs cannot reach each other, refused in the verbs handshake on both ranks with
+  # both entries named, instead of failing at RTR with EINVAL (IPv6 facing IPv4) or, on a real
+  # HCA, reaching RTS and timing out (v1 facing v2). "family": rank 0 on GID index 0 (fe80::,
+  # v2), rank 1 on index 1 (IPv4, v2). "version": rank 1 sees its entries as RoCE v1
+  # (gid_as_v1.so; its packets stay v2, so without the check the job would run). Forced verbs
+  # must fail on both ranks; auto between two "hosts" must leave the pair on TCP and run.
+  local gw=$tmp/gid.sh kind want_txt r
+  cc -shared -fPIC -O1 -o "$tmp/gid_as_v1.so" "$here/gid_as_v1.c" -ldl ||
+    { echo "suite: cannot build the LD_PRELOAD shim (cc and libibverbs-dev are needed)"; return 1; }
+  cat > "$gw" <<WRAP
+#!/bin/sh
+export RING_HOST_ID=h\$RING_RANK
+case \$GID_CASE in
+family) export RING_IB_GID_INDEX=\$RING_RANK ;;
+version) [ "\$RING_RANK" != 1 ] || export LD_PRELOAD=$tmp/gid_as_v1.so ASAN_OPTIONS="\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}verify_asan_link_order=0" ;;
+esac
+exec "\$@"
+WRAP
+  chmod +x "$gw"
+  for kind in family version; do
+    case $kind in
+      family) want_txt='GID index 1 (RoCE v2, IPv4 198.18.0.1)' ;;
+      version) want_txt='(RoCE v1, IPv4 198.18.0.1)' ;;
+    esac
+    if GID_CASE=$kind RING_TRANSPORT=rdma RING_TIMEOUT_MS=30000 timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 4 -n 1 -w 0 \
+        -c 1 --no-probe > "$tmp/gid-$kind.log" 2>&1; then
+      echo "suite: GIDs of different kinds ($kind) were accepted with RING_TRANSPORT=rdma"; return 1
+    fi
+    for r in 0 1; do
+      grep -F "[$r] ring_perf: ring_comm_init" "$tmp/gid-$kind.log" | grep -F "$want_txt" | grep -q 'RING_IB_GID_INDEX' ||
+        { echo "suite: $kind: rank $r did not fail naming both GIDs:"; tail -n 20 "$tmp/gid-$kind.log"; return 1; }
+    done
+    grep -m 1 -F "[0] ring_perf: ring_comm_init" "$tmp/gid-$kind.log"
+    GID_CASE=$kind RING_TRANSPORT=auto RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/gid-auto-$kind.%p \
+      timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 64K -f 16 -n 1 -w 0 -c 1 --no-probe > "$tmp/gid-auto-$kind.log" 2>&1 ||
+      { echo "suite: $kind: auto did not run over TCP:"; tail -n 20 "$tmp/gid-auto-$kind.log"; return 1; }
+    [ "$(cat "$tmp"/gid-auto-"$kind".[0-9]* | grep 'stays on TCP' | grep -c -F "$want_txt")" -eq 4 ] ||
+      { echo "suite: $kind: auto did not keep both directions of both ranks on TCP naming the GIDs:";
+        cat "$tmp"/gid-auto-"$kind".[0-9]* | grep -e 'rdma' | tail -n 10; return 1; }
+  done
   local c
   for c in allgather allreduce; do
     RING_TRANSPORT=$transport RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/reg-$c.%p \
