@@ -106,9 +106,9 @@ trap 'exit 143' TERM
 bed_init "$PREFIX"
 bed_up "$N" "$RATE" "$MTU"
 if [[ -n $LOSS ]]; then
-    lh=${LOSS%%:*}
-    bed_loss_on "$lh" "${LOSS#*:}"
-    echo "# netns bed: host $lh loses ${LOSS#*:} in 1000 IPv4 frames each way (nftables, ingress of $BED_IF and of p$lh)"
+    lh=${LOSS%%:*} lp=${LOSS#*:}
+    bed_loss_on "$lh" "$lp"
+    echo "# netns bed: host $lh loses $lp in 1000 IPv4 frames each way (nftables, ingress of $BED_IF and of p$lh)"
 fi
 
 echo "# netns bed: $(bed_describe)"

@@ -211,9 +211,10 @@ bed_wait_links() {
 # (ARP passes) as they arrive at each end of host H's link, the ingress of its veth0 and of its
 # switch port, so it loses that share each way; tbf stays. The tables go with the namespaces.
 bed_loss_on() { # host permille
-    local ns dev
-    for ns in "$(bed_ns_host "$1")" "$(bed_ns_bridge)"; do
-        if [[ $ns == "$(bed_ns_bridge)" ]]; then dev=p$1; else dev=$BED_IF; fi
+    local ns dev br
+    br=$(bed_ns_bridge)
+    for ns in "$(bed_ns_host "$1")" "$br"; do
+        if [[ $ns == "$br" ]]; then dev=p$1; else dev=$BED_IF; fi
         ip netns exec "$ns" nft -f - <<NFT || return 1
 table netdev rcbloss$1 {
     chain in { type filter hook ingress device "$dev" priority 0; meta protocol ip numgen random mod 1000 < $2 counter drop; }
