@@ -54,9 +54,10 @@
  * default); 8: 480-byte REJECT text; 9: the shared pages' keyed names (4f61f3d) and refusal by
  * size (2ec6bfb), RING_SM_MAX_BYTES and RING_SHM_DIR in the flags; 10: the shared-memory
  * identity as 64 bits in an entry of its own (264-byte entries, 296-byte HELLO), no longer 8
- * bits of the flags. A HELLO of any version is settled from its first 32 bytes when its
- * version differs (RING__HELLO_HDR_LEN), whatever its length. */
-#define BS_VERSION 10u
+ * bits of the flags; 11: the verbs handshake's 432-byte OFFER and ACK, with the GID type. A
+ * HELLO of any version is settled from its first 32 bytes when its version differs
+ * (RING__HELLO_HDR_LEN), whatever its length. */
+#define BS_VERSION 11u
 #define TYPE_TABLE 1u
 #define TYPE_REJECT 2u
 #define MAX_PENDING 64

@@ -81,9 +81,10 @@
 #define OFFER_MAGIC 0x5247524fu /* "RGRO" */
 #define ACK_MAGIC 0x52475241u   /* "RGRA" */
 #define READY_MAGIC 0x52475259u /* "RGRY" */
-/* Handshake message: 0 magic, 4 status, 8 link layer, 12 LID, 16 MTU, 20 QPs, 24 PSN, 28 GID
- * index, 32 GID, 48 QP numbers, 80 address, 88 rkey, 92 slots, 96 slot bytes, 104 GID type,
- * HS_TEXT_AT the reason of a non-zero status (long enough for two IPv6 GIDs and a hint). */
+/* Handshake message (its layout is part of BS_VERSION, bootstrap.c): 0 magic, 4 status, 8 link
+ * layer, 12 LID, 16 MTU, 20 QPs, 24 PSN, 28 GID index, 32 GID, 48 QP numbers, 80 address, 88
+ * rkey, 92 slots, 96 slot bytes, 104 GID type, HS_TEXT_AT the reason of a non-zero status (long
+ * enough for two IPv6 GIDs and a hint). */
 #define HS_TEXT_AT 112
 #define HS_TEXT 320
 #define HS_LEN (HS_TEXT_AT + HS_TEXT)
