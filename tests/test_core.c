@@ -783,6 +783,41 @@ Test(param, ib_timeout_and_retries)
     clear_env();
 }
 
+Test(param, ib_roce_version_and_address_family)
+{
+    ring__params_t p;
+    clear_env();
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.ib_roce_version, 0, "any version by default");
+    cr_assert_eq(p.ib_addr_family, 0, "any family by default");
+    static const struct {
+        const char *v, *f;
+        int version, family;
+    } ok[] = {{"1", "AF_INET", 1, 4}, {"2", "AF_INET6", 2, 6}, {"2", "ipv4", 2, 4}, {"", "ipv6", 0, 6}, {"1", "", 1, 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        setenv("RING_IB_ROCE_VERSION", ok[i].v, 1);
+        setenv("RING_IB_ADDR_FAMILY", ok[i].f, 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK, "%s %s: %s", ok[i].v, ok[i].f, ring_comm_last_error(NULL));
+        cr_assert_eq(p.ib_roce_version, ok[i].version, "%s", ok[i].v);
+        cr_assert_eq(p.ib_addr_family, ok[i].family, "%s", ok[i].f);
+    }
+    static const char *const bad_version[] = {"0", "3", "v2", "2 "};
+    setenv("RING_IB_ADDR_FAMILY", "", 1);
+    for (size_t i = 0; i < sizeof bad_version / sizeof *bad_version; i++) {
+        setenv("RING_IB_ROCE_VERSION", bad_version[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "\"%s\"", bad_version[i]);
+        cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_ROCE_VERSION") != NULL);
+    }
+    static const char *const bad_family[] = {"inet", "AF_INET4", "4", "IPv6"};
+    setenv("RING_IB_ROCE_VERSION", "", 1);
+    for (size_t i = 0; i < sizeof bad_family / sizeof *bad_family; i++) {
+        setenv("RING_IB_ADDR_FAMILY", bad_family[i], 1);
+        cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG, "\"%s\"", bad_family[i]);
+        cr_assert(strstr(ring_comm_last_error(NULL), "expected AF_INET or AF_INET6") != NULL, "%s", ring_comm_last_error(NULL));
+    }
+    clear_env();
+}
+
 /* ---- how a waiting rank spins ------------------------------------------------------------- */
 
 static void ranks_on(ring__peer_info_t *p, int n, const uint32_t *kernel, const int *first, const int *count)

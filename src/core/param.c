@@ -296,6 +296,18 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
         q = 7;
         RING_CHECK(env_int("RING_IB_RETRY_CNT", 0, 7, &q));
         p->ib_retry_cnt = (int)q;
+        /* GID tables are laid out per host, so an index means different entries on different
+         * hosts; a kind means the same everywhere (NCCL's NCCL_IB_ROCE_VERSION_NUM and
+         * NCCL_IB_ADDR_FAMILY, whose spellings are taken too). */
+        static const char *const vnames[] = {"1", "2"};
+        static const int vvalues[] = {1, 2};
+        p->ib_roce_version = 0;
+        RING_CHECK(env_choice("RING_IB_ROCE_VERSION", vnames, vvalues, 2, "1 or 2", &p->ib_roce_version));
+        static const char *const fnames[] = {"AF_INET", "AF_INET6", "ipv4", "ipv6"};
+        static const int fvalues[] = {4, 6, 4, 6};
+        p->ib_addr_family = 0;
+        RING_CHECK(env_choice("RING_IB_ADDR_FAMILY", fnames, fvalues, 4, "AF_INET or AF_INET6 (or ipv4, ipv6)",
+                              &p->ib_addr_family));
     }
     const char *hid = getenv("RING_HOST_ID");
     if (hid && *hid) {

@@ -25,9 +25,15 @@ int ring__rdma_soft_device(const char *name)
     return name && (!strncmp(name, "rxe", 3) || !strncmp(name, "siw", 3));
 }
 
-int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_t *want_v4, char *why, size_t len)
+int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, int version, int family, const uint8_t *want_v4,
+                        char *why, size_t len)
 {
     int best = -1, best_score = -1;
+    char asked[96] = "";
+    if (!is_ib && version) snprintf(asked, sizeof asked, "RING_IB_ROCE_VERSION=%d", version);
+    if (!is_ib && family)
+        snprintf(asked + strlen(asked), sizeof asked - strlen(asked), "%sRING_IB_ADDR_FAMILY=%s", asked[0] ? ", " : "",
+                 family == 4 ? "AF_INET" : "AF_INET6");
     for (int i = 0; i < n; i++) {
         const ring__gid_ent_t *e = &t[i];
         /* A queue pair's source GID index is 8 bits (ibv_global_route.sgid_index): an entry
@@ -39,6 +45,8 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
             score = 1;
         } else {
             if (e->type == RING__GID_IB) continue;
+            if (version && e->type != (uint32_t)version) continue;
+            if ((family == 4 && !is_v4_mapped(e->gid)) || (family == 6 && is_v4_mapped(e->gid))) continue;
             /* v2 over v1 first (a v1 rank and a v2 rank never meet: their queue pairs reach RTS
              * and every packet is dropped, so every rank must choose alike, whatever its
              * addresses), then the bootstrap address, then IPv4 over IPv6, a routable IPv6
@@ -50,7 +58,8 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
         if (score > best_score || (score == best_score && e->index < t[best].index)) best = i, best_score = score;
     }
     if (best < 0) {
-        snprintf(why, len, "no usable %s GID in the port's table (%d entries)", is_ib ? "InfiniBand" : "RoCE", n);
+        snprintf(why, len, "no usable %s GID in the port's table (%d entries)%s%s", is_ib ? "InfiniBand" : "RoCE", n,
+                 asked[0] ? " of the kind asked for: " : "", asked);
         return -1;
     }
     const ring__gid_ent_t *e = &t[best];
@@ -62,9 +71,10 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const uint8_
                  best_score % 16 >= 8 ? " (the bootstrap interface's address)"
                                  : " (no GID carries the bootstrap interface's address)");
     } else {
-        snprintf(why, len, "GID index %u: RoCE v%d, IPv6%s (no IPv4 GID on this port)", e->index,
-                 e->type == RING__GID_ROCE_V2 ? 2 : 1, is_link_local(e->gid) ? " link-local" : "");
+        snprintf(why, len, "GID index %u: RoCE v%d, IPv6%s%s", e->index, e->type == RING__GID_ROCE_V2 ? 2 : 1,
+                 is_link_local(e->gid) ? " link-local" : "", family ? "" : " (no IPv4 GID on this port)");
     }
+    if (asked[0]) snprintf(why + strlen(why), len - strlen(why), " (%s)", asked);
     return (int)e->index;
 }
 
@@ -100,7 +110,7 @@ int ring__rdma_gid_check(const ring__gid_ent_t *here, const ring__gid_ent_t *the
     char h[96], t[96];
     ring__rdma_gid_str(here, h, sizeof h);
     ring__rdma_gid_str(there, t, sizeof t);
-    snprintf(why, len, "%s here, %s at rank %d: %s; give every rank a GID of one kind (RING_IB_GID_INDEX)", h, t, peer,
+    snprintf(why, len, "%s here, %s at rank %d: %s; choose one kind on every rank (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY)", h, t, peer,
              what);
     return -1;
 }

@@ -23,7 +23,9 @@
 #   4. mixed: RING_TRANSPORT=auto across fake hosts (shm + verbs in one ring), registered
 #      buffers that verbs read in place, RING_IB_GID_INDEX naming an unused GID entry (with
 #      RING_TRANSPORT=rdma and auto), and two ranks whose GIDs cannot reach each other (IPv6
-#      facing IPv4; RoCE v1, through gid_as_v1.so, facing v2): refused on both, or TCP under auto.
+#      facing IPv4; RoCE v1, through gid_as_v1.so, facing v2): refused on both, or TCP under auto;
+#      GIDs chosen by kind (RING_IB_ADDR_FAMILY=AF_INET6 runs on fe80::, RING_IB_ROCE_VERSION=1
+#      finds nothing on rxe0).
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
 #      report the RING_IB_TIMEOUT and RING_IB_RETRY_CNT given.
 #   6. credits: a receiver send queue of 1 entry (RING_TEST_IB_RECV_SQ=1), so that credit
@@ -302,7 +304,7 @@ WRAP
       echo "suite: GIDs of different kinds ($kind) were accepted with RING_TRANSPORT=rdma"; return 1
     fi
     for r in 0 1; do
-      grep -F "[$r] ring_perf: ring_comm_init" "$tmp/gid-$kind.log" | grep -F "$want_txt" | grep -q 'RING_IB_GID_INDEX' ||
+      grep -F "[$r] ring_perf: ring_comm_init" "$tmp/gid-$kind.log" | grep -F "$want_txt" | grep -q 'RING_IB_ADDR_FAMILY)' ||
         { echo "suite: $kind: rank $r did not fail naming both GIDs:"; tail -n 20 "$tmp/gid-$kind.log"; return 1; }
     done
     grep -m 1 -F "[0] ring_perf: ring_comm_init" "$tmp/gid-$kind.log"
@@ -313,6 +315,29 @@ WRAP
       { echo "suite: $kind: auto did not keep both directions of both ranks on TCP naming the GIDs:";
         cat "$tmp"/gid-auto-"$kind".[0-9]* | grep -e 'rdma' | tail -n 10; return 1; }
   done
+  # The kind asked for instead of an index: RING_IB_ADDR_FAMILY=AF_INET6 takes the link-local
+  # v2 entry (index 0) on every rank, and verbs run over it, checked; RING_IB_ROCE_VERSION=1,
+  # which rxe0 has no entry of, fails forced verbs naming the variable, and under auto between
+  # two "hosts" leaves TCP with a warning.
+  RING_IB_ADDR_FAMILY=AF_INET6 RING_TRANSPORT=rdma RING_DEBUG=INFO RING_DEBUG_SUBSYS=INIT,NET \
+    RING_DEBUG_FILE=$tmp/fam6.%p timeout 120 "$rr" -n 2 "$rp" -b 4 -e 256K -f 8 -n 1 -w 0 -c 1 --no-probe \
+    > "$tmp/fam6.log" 2>&1 || { echo "suite: RING_IB_ADDR_FAMILY=AF_INET6 did not run:"; tail -n 20 "$tmp/fam6.log"; return 1; }
+  [ "$(cat "$tmp"/fam6.[0-9]* | grep -c 'GID index 0: RoCE v2, IPv6 link-local (RING_IB_ADDR_FAMILY=AF_INET6)')" -eq 2 ] &&
+    [ "$(cat "$tmp"/fam6.[0-9]* | grep -c 'over rxe0')" -eq 4 ] ||
+    { echo "suite: RING_IB_ADDR_FAMILY=AF_INET6: not every rank on GID index 0 with verbs both ways:";
+      cat "$tmp"/fam6.[0-9]* | grep -e 'rdma' | tail -n 10; return 1; }
+  grep -h -m 1 -o 'GID index 0: .*FAMILY=AF_INET6)' "$tmp"/fam6.[0-9]* | head -n 1
+  if RING_IB_ROCE_VERSION=1 RING_TRANSPORT=rdma timeout 120 "$rr" -n 2 "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 --no-probe \
+      > "$tmp/v1.log" 2>&1; then
+    echo "suite: RING_IB_ROCE_VERSION=1 ran on verbs, but rxe0 has no RoCE v1 entry"; return 1
+  fi
+  [ "$(grep -c 'ring_comm_init.*of the kind asked for: RING_IB_ROCE_VERSION=1' "$tmp/v1.log")" -eq 2 ] ||
+    { echo "suite: RING_IB_ROCE_VERSION=1: not every rank failed naming it:"; tail -n 10 "$tmp/v1.log"; return 1; }
+  RING_IB_ROCE_VERSION=1 RING_TRANSPORT=auto RING_DEBUG=WARN timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 64K -f 16 -n 1 \
+    -w 0 -c 1 --no-probe > "$tmp/v1-auto.log" 2>&1 ||
+    { echo "suite: RING_IB_ROCE_VERSION=1 under auto did not run over TCP:"; tail -n 20 "$tmp/v1-auto.log"; return 1; }
+  [ "$(grep -c 'WARN.*rdma: not used (.*RING_IB_ROCE_VERSION=1); TCP between hosts' "$tmp/v1-auto.log")" -eq 2 ] ||
+    { echo "suite: RING_IB_ROCE_VERSION=1 under auto: no warning on every rank:"; tail -n 10 "$tmp/v1-auto.log"; return 1; }
   local c
   for c in allgather allreduce; do
     RING_TRANSPORT=$transport RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/reg-$c.%p \
