@@ -783,6 +783,33 @@ Test(param, ib_timeout_and_retries)
     clear_env();
 }
 
+Test(param, ib_traffic_class_and_service_level)
+{
+    ring__params_t p;
+    clear_env();
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert(p.ib_tc == 0 && p.ib_sl == 0, "the default class and level: %d %d", p.ib_tc, p.ib_sl);
+    setenv("RING_IB_TC", "106", 1); /* DSCP 26 (AF31) with ECN capable: a common RoCE setting */
+    setenv("RING_IB_SL", "3", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert(p.ib_tc == 106 && p.ib_sl == 3, "%d %d", p.ib_tc, p.ib_sl);
+    setenv("RING_IB_TC", "255", 1);
+    setenv("RING_IB_SL", "15", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert(p.ib_tc == 255 && p.ib_sl == 15, "%d %d", p.ib_tc, p.ib_sl);
+    /* Both go into 8 and 4 bits: a larger value would be cut to another class or level. */
+    setenv("RING_IB_TC", "256", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_TC") != NULL);
+    setenv("RING_IB_TC", "0", 1);
+    setenv("RING_IB_SL", "16", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_SL") != NULL);
+    setenv("RING_IB_SL", "-1", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    clear_env();
+}
+
 Test(param, ib_roce_version_and_address_family)
 {
     ring__params_t p;

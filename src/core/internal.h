@@ -107,6 +107,8 @@ typedef struct ring__params {
     int ib_qps;           /* RING_IB_QPS_PER_PEER: queue pairs per verbs connection */
     int ib_timeout;       /* RING_IB_TIMEOUT: QP local ACK timeout exponent, 4.096 us x 2^t per try */
     int ib_retry_cnt;     /* RING_IB_RETRY_CNT: retransmissions before a QP gives up */
+    int ib_tc;            /* RING_IB_TC: traffic class of the queue pairs' GRH (RoCE: the IP DSCP and ECN bits) */
+    int ib_sl;            /* RING_IB_SL: service level (InfiniBand: the virtual lane; RoCE: the VLAN priority) */
     int ib_roce_version;  /* RING_IB_ROCE_VERSION: GIDs of this RoCE version only (1, 2; 0: any) */
     int ib_addr_family;   /* RING_IB_ADDR_FAMILY: GIDs of this family only (4, 6; 0: any) */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */

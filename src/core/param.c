@@ -154,6 +154,15 @@ static ring_result_t env_int(const char *name, long long lo, long long hi, long 
     return RING_OK;
 }
 
+/* An int-sized setting: def where unset or empty. */
+static ring_result_t env_small(const char *name, int lo, int hi, int def, int *v)
+{
+    long long q = def;
+    ring_result_t rc = env_int(name, lo, hi, &q);
+    *v = (int)q;
+    return rc;
+}
+
 /* A keyword variable: unset or empty leaves *v; one of names[i] sets values[i]; anything else
  * is RING_ERR_INVALID_ARG, saying what was `expected`. */
 static ring_result_t env_choice(const char *name, const char *const *names, const int *values, int n,
@@ -284,18 +293,17 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
 #endif
     }
     {
-        long long q = 1;
-        RING_CHECK(env_int("RING_IB_QPS_PER_PEER", 1, 8, &q));
-        p->ib_qps = (int)q;
+        RING_CHECK(env_small("RING_IB_QPS_PER_PEER", 1, 8, 1, &p->ib_qps));
         /* 14: 4.096 us x 2^14 = 67 ms per try. The verbs range is 0 (wait forever, which the
          * rules on blocking waits forbid) .. 31; past 24 (69 s per try) a dead peer would be
          * found only by the socket watch, so refuse that as a likely typo. */
-        q = 14;
-        RING_CHECK(env_int("RING_IB_TIMEOUT", 1, 24, &q));
-        p->ib_timeout = (int)q;
-        q = 7;
-        RING_CHECK(env_int("RING_IB_RETRY_CNT", 0, 7, &q));
-        p->ib_retry_cnt = (int)q;
+        RING_CHECK(env_small("RING_IB_TIMEOUT", 1, 24, 14, &p->ib_timeout));
+        RING_CHECK(env_small("RING_IB_RETRY_CNT", 0, 7, 7, &p->ib_retry_cnt));
+        /* RoCE fabrics run lossless (PFC) and ECN-marked queues for the traffic classes the
+         * operators name, and InfiniBand QoS by service level: without them verbs traffic
+         * shares the default queue with everything else (NCCL's NCCL_IB_TC, NCCL_IB_SL). */
+        RING_CHECK(env_small("RING_IB_TC", 0, 255, 0, &p->ib_tc));
+        RING_CHECK(env_small("RING_IB_SL", 0, 15, 0, &p->ib_sl));
         /* GID tables are laid out per host, so an index means different entries on different
          * hosts; a kind means the same everywhere (NCCL's NCCL_IB_ROCE_VERSION_NUM and
          * NCCL_IB_ADDR_FAMILY, whose spellings are taken too). */

@@ -184,6 +184,7 @@ struct rdma_ctx {
     int nqp;
     up *ups;
     uint8_t *keep_tcp[2];
+    int said_qos;       /* the device's different traffic class or service level was logged */
     ring_result_t dead; /* a fatal device or port event: every connection fails with it */
     char dead_msg[256];
     ring_result_t forced_rc;
@@ -658,7 +659,9 @@ static int connect_qps(rdma_ctx *ctx, up *u)
             .rq_psn = ring__get32(m + 24),
             .max_dest_rd_atomic = RD_ATOMIC,
             .min_rnr_timer = 12,
-            .ah_attr = {.dlid = (uint16_t)ring__get32(m + 12), .sl = 0, .port_num = (uint8_t)ctx->port},
+            .ah_attr = {.dlid = (uint16_t)ring__get32(m + 12),
+                        .sl = (uint8_t)ctx->comm->params.ib_sl,
+                        .port_num = (uint8_t)ctx->port},
         };
         if (!is_ib) {
             /* RoCE routes by GID (IP); InfiniBand by LID within a subnet. */
@@ -666,6 +669,7 @@ static int connect_qps(rdma_ctx *ctx, up *u)
             memcpy(a.ah_attr.grh.dgid.raw, m + 32, 16);
             a.ah_attr.grh.sgid_index = (uint8_t)ctx->gid_index;
             a.ah_attr.grh.hop_limit = 64;
+            a.ah_attr.grh.traffic_class = (uint8_t)ctx->comm->params.ib_tc;
         }
         int e = ibv_modify_qp(c->qp[q], &a,
                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -888,17 +892,32 @@ static ring_result_t rdma_upgrade(void *vctx, void *base, int peer, int is_send,
      * driver clamped. */
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;
-    int tmo = -1, retry = -1;
-    if (ibv_query_qp(c->qp[0], &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &qi) == 0) {
+    int tmo = -1, retry = -1, sl = -1, tc = -1;
+    if (ibv_query_qp(c->qp[0], &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_AV, &qi) == 0) {
         tmo = qa.timeout;
         retry = qa.retry_cnt;
+        sl = qa.ah_attr.sl;
+        tc = ctx->is_ib ? -1 : qa.ah_attr.grh.traffic_class;
+    }
+    char tcs[32] = "";
+    if (tc >= 0) snprintf(tcs, sizeof tcs, ", traffic class %d", tc);
+    /* A driver may not keep what was asked (rxe holds no service level): a class or level the
+     * fabric's QoS relies on and the device does not use is said once, where it is seen. */
+    if (sl >= 0 && !ctx->said_qos &&
+        (sl != comm->params.ib_sl || (!ctx->is_ib && tc != comm->params.ib_tc))) {
+        char asked[48] = "";
+        if (!ctx->is_ib) snprintf(asked, sizeof asked, " and RING_IB_TC=%d", comm->params.ib_tc);
+        ctx->said_qos = 1;
+        RING_LOG(RING_LOG_WARN, RING_SUB_NET, comm->rank,
+                 "rdma: %s's queue pairs report SL %d%s, where RING_IB_SL=%d%s asked for: the driver did not keep them as given",
+                 ctx->dev_name, sl, tcs, comm->params.ib_sl, asked);
     }
     /* rxe's completer counts retry_cnt 7 as unlimited, like rnr_retry 7. */
     const int endless = retry == 7 && !strncmp(ctx->dev_name, "rxe", 3);
     RING_LOG(RING_LOG_INFO, RING_SUB_NET, comm->rank,
-             "rdma: %s rank %d over %s (%d QP(s), %u slots of %zu bytes, inline %u, ACK timeout %d = %.1f ms, %d retries%s)",
+             "rdma: %s rank %d over %s (%d QP(s), %u slots of %zu bytes, inline %u, ACK timeout %d = %.1f ms, %d retries%s, SL %d%s)",
              is_send ? "sending to" : "receiving from", peer, ctx->dev_name, c->nqp, c->nslots, c->slot_bytes, c->max_inline,
-             tmo, tmo >= 0 ? 4.096e-3 * (double)(1ull << tmo) : -1.0, retry, endless ? ", unlimited on rxe" : "");
+             tmo, tmo >= 0 ? 4.096e-3 * (double)(1ull << tmo) : -1.0, retry, endless ? ", unlimited on rxe" : "", sl, tcs);
     free(u);
     *out = c;
     return RING_OK;

@@ -27,7 +27,7 @@
 #      GIDs chosen by kind (RING_IB_ADDR_FAMILY=AF_INET6 runs on fe80::, RING_IB_ROCE_VERSION=1
 #      finds nothing on rxe0).
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
-#      report the RING_IB_TIMEOUT and RING_IB_RETRY_CNT given.
+#      report the RING_IB_TIMEOUT, RING_IB_RETRY_CNT, RING_IB_TC and RING_IB_SL given.
 #   6. credits: a receiver send queue of 1 entry (RING_TEST_IB_RECV_SQ=1), so that credit
 #      writes wait for one another and for the reads of registered buffers; results checked,
 #      and the waits must show in the log.
@@ -361,7 +361,7 @@ fi
 # shellcheck disable=SC2317  # called through stage
 multi_qp() {
   RING_TRANSPORT=rdma RING_IB_HCA=rxe0:1,mlx5_0:2 RING_IB_QPS_PER_PEER=3 RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 \
-    RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/qp.%p \
+    RING_IB_TC=106 RING_IB_SL=3 RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/qp.%p \
     timeout 300 "$build/tools/ringrun" -n 3 "$build/perf/ring_perf" -b 4 -e 2M -f 8 -n 2 -w 1 -c 1 --no-probe \
     > "$tmp/qp-perf.log" 2>&1 || { tail -n 40 "$tmp/qp-perf.log"; return 1; }
   grep -h "Out of bounds" "$tmp/qp-perf.log"
@@ -370,9 +370,18 @@ multi_qp() {
   # ibv_query_qp's answer, so this is what the device runs with
   grep -q "ACK timeout 16 = 268.4 ms, 5 retries" "$tmp"/qp.* ||
     { echo "suite: RING_IB_TIMEOUT=16 RING_IB_RETRY_CNT=5 did not reach the queue pairs"; return 1; }
+  # rxe keeps the traffic class but holds no service level (its queue pairs report SL 0): each
+  # rank must say so once, at WARN, rather than leave a QoS setting silently unapplied.
+  local conns tagged said
+  conns=$(cat "$tmp"/qp.* | grep -c "over rxe0 (") tagged=$(cat "$tmp"/qp.* | grep -c "over rxe0 (.*, traffic class 106)")
+  [ "$conns" -gt 0 ] && [ "$tagged" -eq "$conns" ] ||
+    { echo "suite: RING_IB_TC=106 reached $tagged of $conns connections' queue pairs"; return 1; }
+  said=$(cat "$tmp"/qp.* | grep -c "WARN .*rxe0's queue pairs report SL 0, traffic class 106, where RING_IB_SL=3 and RING_IB_TC=106 asked for")
+  [ "$said" -eq 3 ] || { echo "suite: RING_IB_SL=3 that rxe0 does not keep was said $said times by 3 ranks"; return 1; }
+  grep -h -m 1 "WARN .*queue pairs report SL" "$tmp"/qp.* | head -n 1 | sed 's/^.*NET //'
 }
 if [ "$transport" = rdma ] && want qps; then
-  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3, RING_IB_TIMEOUT=16, RING_IB_RETRY_CNT=5, RING_IB_HCA=rxe0:1,mlx5_0:2), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
+  stage "3 queue pairs per peer (RING_IB_QPS_PER_PEER=3, RING_IB_TIMEOUT=16, RING_IB_RETRY_CNT=5, RING_IB_TC=106, RING_IB_SL=3, RING_IB_HCA=rxe0:1,mlx5_0:2), N = 3, checked all-reduce 4 B - 2 MiB" "$stage_timeout" \
     multi_qp
 fi
 
