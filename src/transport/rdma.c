@@ -284,7 +284,9 @@ static uint32_t gid_type_of(rdma_ctx *ctx)
 {
     struct ibv_gid_entry e;
     if (ibv_query_gid_ex(ctx->dev, (uint32_t)ctx->port, (uint32_t)ctx->gid_index, &e, 0) != 0) return RING__GID_UNKNOWN;
-    return e.gid_type == IBV_GID_TYPE_ROCE_V2 ? RING__GID_ROCE_V2 : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? RING__GID_ROCE_V1 : RING__GID_IB;
+    return e.gid_type == IBV_GID_TYPE_ROCE_V2   ? RING__GID_ROCE_V2
+           : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? RING__GID_ROCE_V1
+                                                : RING__GID_IB;
 }
 
 static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
@@ -441,7 +443,7 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
         else {
             /* A kind asked for (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY) that this port lacks
              * costs the job its verbs between this host and the others: worth a warning. */
-            int asked = strstr(w, "of the kind asked for") != NULL;
+            int asked = !why[0] && !ctx->is_ib && (comm->params.ib_roce_version || comm->params.ib_addr_family);
             RING_LOG(asked ? RING_LOG_WARN : RING_LOG_INFO, RING_SUB_INIT, comm->rank, "rdma: not used (%s); TCP between hosts",
                      w);
             rc = RING_OK;
@@ -902,9 +904,12 @@ static ring_result_t rdma_upgrade(void *vctx, void *base, int peer, int is_send,
     char tcs[32] = "";
     if (tc >= 0) snprintf(tcs, sizeof tcs, ", traffic class %d", tc);
     /* A driver may not keep what was asked (rxe holds no service level): a class or level the
-     * fabric's QoS relies on and the device does not use is said once, where it is seen. */
+     * fabric's QoS relies on and the device does not use is said once, where it is seen. Only
+     * what was asked for: a device that runs other values than the defaults (an administrator's
+     * override of the traffic class) shows them on the INFO line. */
     if (sl >= 0 && !ctx->said_qos &&
-        (sl != comm->params.ib_sl || (!ctx->is_ib && tc != comm->params.ib_tc))) {
+        ((comm->params.ib_sl && sl != comm->params.ib_sl) ||
+         (!ctx->is_ib && comm->params.ib_tc && tc != comm->params.ib_tc))) {
         char asked[48] = "";
         if (!ctx->is_ib) snprintf(asked, sizeof asked, " and RING_IB_TC=%d", comm->params.ib_tc);
         ctx->said_qos = 1;

@@ -110,8 +110,8 @@ int ring__rdma_gid_check(const ring__gid_ent_t *here, const ring__gid_ent_t *the
     char h[96], t[96];
     ring__rdma_gid_str(here, h, sizeof h);
     ring__rdma_gid_str(there, t, sizeof t);
-    snprintf(why, len, "%s here, %s at rank %d: %s; choose one kind on every rank (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY)", h, t, peer,
-             what);
+    snprintf(why, len, "%s here, %s at rank %d: %s; choose one kind on every rank (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY)",
+             h, t, peer, what);
     return -1;
 }
 
