@@ -810,6 +810,40 @@ Test(param, ib_traffic_class_and_service_level)
     clear_env();
 }
 
+Test(param, gid_address_ranges)
+{
+    uint8_t net[16];
+    int prefix = -2;
+    cr_assert_eq(ring__parse_gid_range("10.1.0.0/16", net, &prefix), 0);
+    const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 0, 0};
+    cr_assert(!memcmp(net, v4, 16) && prefix == 112, "an IPv4 range as a GID: ::ffff:10.1.0.0, 96 + 16 bits (%d)", prefix);
+    cr_assert_eq(ring__parse_gid_range("0.0.0.0/0", net, &prefix), 0);
+    cr_assert_eq(prefix, 96);
+    cr_assert_eq(ring__parse_gid_range("fd00::/8", net, &prefix), 0);
+    cr_assert(net[0] == 0xfd && net[1] == 0 && prefix == 8, "%d", prefix);
+    cr_assert_eq(ring__parse_gid_range("::/0", net, &prefix), 0);
+    cr_assert_eq(prefix, 0);
+    cr_assert_eq(ring__parse_gid_range("fe80::1/128", net, &prefix), 0);
+    cr_assert_eq(prefix, 128);
+    static const char *const bad[] = {"10.0.0.0", "10.0.0.0/33", "10.0.0.0/", "10.0.0/8", "fd00::/129", "fd00::/-1",
+                                      "10.0.0.0/+8", "10.0.0.0/ 8", "10.0.0.0/8x", "host/8", "/8", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert_neq(ring__parse_gid_range(bad[i], net, &prefix), 0, "\"%s\" taken", bad[i]);
+    cr_assert_neq(ring__parse_gid_range(NULL, net, &prefix), 0);
+    ring__params_t p;
+    clear_env();
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert_eq(p.ib_range_prefix, -1, "any address by default");
+    setenv("RING_IB_ADDR_RANGE", "198.18.0.0/15", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_OK);
+    cr_assert(p.ib_range_prefix == 111 && !strcmp(p.ib_range, "198.18.0.0/15"), "%d %s", p.ib_range_prefix, p.ib_range);
+    setenv("RING_IB_ADDR_RANGE", "198.18.0.0", 1);
+    cr_assert_eq(ring__params_resolve(&p, NULL), RING_ERR_INVALID_ARG);
+    cr_assert(strstr(ring_comm_last_error(NULL), "RING_IB_ADDR_RANGE=\"198.18.0.0\": expected an address range"), "%s",
+              ring_comm_last_error(NULL));
+    clear_env();
+}
+
 Test(param, ib_roce_version_and_address_family)
 {
     ring__params_t p;

@@ -42,7 +42,7 @@ Test(rdma_gid, roce_prefers_v2_with_the_bootstrap_address)
     int n = roce_table(t);
     char why[256];
     const uint8_t want[4] = {192, 168, 7, 5};
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 0, 0, want, why, sizeof why), 5, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, NULL, want, why, sizeof why), 5, "%s", why);
     cr_assert(strstr(why, "RoCE v2") && strstr(why, "192.168.7.5") && strstr(why, "bootstrap"), "%s", why);
 }
 
@@ -52,9 +52,9 @@ Test(rdma_gid, roce_without_a_matching_address_takes_the_first_ipv4_v2)
     int n = roce_table(t);
     char why[256];
     const uint8_t lo[4] = {127, 0, 0, 1};
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 0, 0, lo, why, sizeof why), 3, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, NULL, lo, why, sizeof why), 3, "%s", why);
     cr_assert(strstr(why, "no GID carries"), "%s", why);
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 0, 0, NULL, why, sizeof why), 3, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, NULL, NULL, why, sizeof why), 3, "%s", why);
 }
 
 /* A v1 GID that carries the bootstrap address and a v2 GID of another network: v2, as a peer
@@ -65,7 +65,7 @@ Test(rdma_gid, roce_v2_outranks_the_bootstrap_address_on_v1)
     ring__gid_ent_t t[2] = {v4(0, RING__GID_ROCE_V1, 10, 0, 0, 5), v4(1, RING__GID_ROCE_V2, 192, 168, 1, 5)};
     const uint8_t want[4] = {10, 0, 0, 5};
     char why[160];
-    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, 0, 0, want, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, want, why, sizeof why), 1, "%s", why);
     cr_assert(strstr(why, "RoCE v2") && strstr(why, "no GID carries the bootstrap"), "%s", why);
 }
 
@@ -75,17 +75,17 @@ Test(rdma_gid, soft_roce_table_of_the_test_vm)
     ring__gid_ent_t t[2] = {v6_link_local(0, RING__GID_ROCE_V2), v4(1, RING__GID_ROCE_V2, 198, 18, 0, 1)};
     char why[256];
     const uint8_t lo[4] = {127, 0, 0, 1};
-    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, 0, 0, lo, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, lo, why, sizeof why), 1, "%s", why);
 }
 
 Test(rdma_gid, roce_v1_only_and_ipv6_only_ports)
 {
     ring__gid_ent_t t[3] = {v6_link_local(0, RING__GID_ROCE_V1), v4(1, RING__GID_ROCE_V1, 10, 1, 1, 1)};
     char why[256];
-    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, 0, 0, NULL, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, NULL, why, sizeof why), 1, "%s", why);
     cr_assert(strstr(why, "RoCE v1"), "%s", why);
     ring__gid_ent_t u[1] = {v6_link_local(7, RING__GID_ROCE_V2)};
-    cr_assert_eq(ring__rdma_pick_gid(u, 1, 0, 0, 0, NULL, why, sizeof why), 7, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(u, 1, 0, NULL, NULL, why, sizeof why), 7, "%s", why);
     cr_assert(strstr(why, "IPv6"), "%s", why);
 }
 
@@ -97,11 +97,11 @@ Test(rdma_gid, ipv6_only_port_takes_the_routable_address)
     g.gid[0] = 0x20, g.gid[1] = 0x01, g.gid[2] = 0x0d, g.gid[3] = 0xb8, g.gid[15] = 5;
     ring__gid_ent_t t[2] = {v6_link_local(0, RING__GID_ROCE_V2), g};
     char why[256];
-    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, 0, 0, NULL, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, NULL, why, sizeof why), 1, "%s", why);
     cr_assert(strstr(why, "IPv6") && !strstr(why, "link-local"), "%s", why);
     /* IPv4 still comes first. */
     ring__gid_ent_t u[3] = {t[0], t[1], v4(2, RING__GID_ROCE_V2, 10, 0, 0, 5)};
-    cr_assert_eq(ring__rdma_pick_gid(u, 3, 0, 0, 0, NULL, why, sizeof why), 2, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(u, 3, 0, NULL, NULL, why, sizeof why), 2, "%s", why);
 }
 
 /* A queue pair takes an 8-bit source GID index: in a table of hundreds of entries (addresses,
@@ -114,7 +114,7 @@ Test(rdma_gid, entries_past_index_255_are_not_picked)
     t[300] = v4(300, RING__GID_ROCE_V2, 192, 168, 7, 5);
     char why[256];
     const uint8_t want[4] = {192, 168, 7, 5};
-    int got = ring__rdma_pick_gid(t, 301, 0, 0, 0, want, why, sizeof why);
+    int got = ring__rdma_pick_gid(t, 301, 0, NULL, want, why, sizeof why);
     cr_assert(got >= 0 && got <= 255, "picked %d: %s", got, why);
     cr_assert(strstr(why, "no GID carries"), "%s", why);
 }
@@ -123,7 +123,7 @@ Test(rdma_gid, infiniband_takes_an_ib_gid_and_ignores_roce_entries)
 {
     ring__gid_ent_t t[3] = {v4(0, RING__GID_ROCE_V2, 10, 0, 0, 1), v6_link_local(1, RING__GID_IB), v6_link_local(2, RING__GID_IB)};
     char why[256];
-    cr_assert_eq(ring__rdma_pick_gid(t, 3, 1, 0, 0, NULL, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, 3, 1, NULL, NULL, why, sizeof why), 1, "%s", why);
     cr_assert(strstr(why, "InfiniBand"), "%s", why);
 }
 
@@ -131,15 +131,18 @@ Test(rdma_gid, empty_or_zero_tables_say_so)
 {
     ring__gid_ent_t t[2] = {{.index = 0, .type = RING__GID_ROCE_V2}, {.index = 1, .type = RING__GID_ROCE_V2}};
     char why[256];
-    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, 0, 0, NULL, why, sizeof why), -1);
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, NULL, NULL, why, sizeof why), -1);
     cr_assert(strstr(why, "no usable RoCE GID"), "%s", why);
-    cr_assert_eq(ring__rdma_pick_gid(t, 0, 1, 0, 0, NULL, why, sizeof why), -1);
+    cr_assert_eq(ring__rdma_pick_gid(t, 0, 1, NULL, NULL, why, sizeof why), -1);
     /* A RoCE table offers nothing to an InfiniBand port, and the reverse. */
     ring__gid_ent_t r[1] = {v4(0, RING__GID_ROCE_V2, 10, 0, 0, 1)};
-    cr_assert_eq(ring__rdma_pick_gid(r, 1, 1, 0, 0, NULL, why, sizeof why), -1);
+    cr_assert_eq(ring__rdma_pick_gid(r, 1, 1, NULL, NULL, why, sizeof why), -1);
     ring__gid_ent_t ib[1] = {v6_link_local(0, RING__GID_IB)};
-    cr_assert_eq(ring__rdma_pick_gid(ib, 1, 0, 0, 0, NULL, why, sizeof why), -1);
+    cr_assert_eq(ring__rdma_pick_gid(ib, 1, 0, NULL, NULL, why, sizeof why), -1);
 }
+
+/* A kind of GID: version, family, no range. */
+#define KIND(v, f) (&(ring__gid_want_t){.version = (v), .family = (f), .prefix = -1})
 
 /* RING_IB_ROCE_VERSION and RING_IB_ADDR_FAMILY narrow the choice to one kind of entry, which
  * means the same on every host where an index does not. */
@@ -150,21 +153,55 @@ Test(rdma_gid, a_kind_asked_for_narrows_the_choice)
     const uint8_t want[4] = {192, 168, 7, 5};
     char why[256];
     /* IPv6 only: the link-local v2 entry, although the bootstrap address has v2 entries. */
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 0, 6, want, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, KIND(0, 6), want, why, sizeof why), 1, "%s", why);
     cr_assert(strstr(why, "RoCE v2, IPv6 link-local (RING_IB_ADDR_FAMILY=AF_INET6)"), "%s", why);
     /* v1 only: the v1 entry of the bootstrap address. */
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 1, 0, want, why, sizeof why), 4, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, KIND(1, 0), want, why, sizeof why), 4, "%s", why);
     cr_assert(strstr(why, "RoCE v1") && strstr(why, "(RING_IB_ROCE_VERSION=1)"), "%s", why);
     /* Both: v1 and IPv6. */
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 1, 6, want, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, KIND(1, 6), want, why, sizeof why), 0, "%s", why);
     cr_assert(strstr(why, "(RING_IB_ROCE_VERSION=1, RING_IB_ADDR_FAMILY=AF_INET6)"), "%s", why);
     /* IPv4 and v2 ask for what the default picks anyway. */
-    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, 2, 4, want, why, sizeof why), 5, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, KIND(2, 4), want, why, sizeof why), 5, "%s", why);
     /* A routable IPv6 address still goes before the link-local one. */
     ring__gid_ent_t g = v6_link_local(6, RING__GID_ROCE_V2);
     g.gid[0] = 0xfd, g.gid[1] = 0x00;
     t[n] = g;
-    cr_assert_eq(ring__rdma_pick_gid(t, n + 1, 0, 2, 6, NULL, why, sizeof why), 6, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(t, n + 1, 0, KIND(2, 6), NULL, why, sizeof why), 6, "%s", why);
+}
+
+/* RING_IB_ADDR_RANGE: one subnet among several on a port (VLANs), IPv4 or IPv6, any prefix. */
+Test(rdma_gid, an_address_range_picks_its_subnet)
+{
+    ring__gid_ent_t t[8];
+    int n = roce_table(t);
+    const uint8_t want[4] = {192, 168, 7, 5};
+    char why[256];
+    ring__gid_want_t w = {.prefix = -1, .range = "10.0.0.0/16"};
+    /* 10.0.0.0/16 as ring__parse_gid_range gives it: ::ffff:10.0.0.0, 96 + 16 bits. */
+    w.net[10] = w.net[11] = 0xff, w.net[12] = 10, w.prefix = 112;
+    /* The range outranks the bootstrap address (192.168.7.5): v2 entry of 10.0.0.5. */
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &w, want, why, sizeof why), 3, "%s", why);
+    cr_assert(strstr(why, "(RING_IB_ADDR_RANGE=10.0.0.0/16)"), "%s", why);
+    w.version = 1;
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &w, want, why, sizeof why), 2, "%s", why);
+    /* A prefix that is not a whole byte: 192.168.6.0/23 holds 192.168.7.5, 192.168.4.0/23 not. */
+    ring__gid_want_t x = {.prefix = 96 + 23, .range = "192.168.6.0/23"};
+    x.net[10] = x.net[11] = 0xff, x.net[12] = 192, x.net[13] = 168, x.net[14] = 6;
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &x, NULL, why, sizeof why), 5, "%s", why);
+    x.net[14] = 4;
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &x, NULL, why, sizeof why), -1, "%s", why);
+    cr_assert(strstr(why, "of the kind asked for: RING_IB_ADDR_RANGE=192.168.6.0/23"), "%s", why);
+    /* fe80::/10: the link-local entries only, v2 first. */
+    ring__gid_want_t l = {.prefix = 10, .range = "fe80::/10"};
+    l.net[0] = 0xfe, l.net[1] = 0x80;
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &l, want, why, sizeof why), 1, "%s", why);
+    /* /0 of either family takes all of that family and nothing of the other. */
+    ring__gid_want_t all4 = {.prefix = 96, .range = "0.0.0.0/0"};
+    all4.net[10] = all4.net[11] = 0xff;
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &all4, want, why, sizeof why), 5, "%s", why);
+    ring__gid_want_t all = {.prefix = 0, .range = "::/0"};
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &all, want, why, sizeof why), 5, "%s", why);
 }
 
 Test(rdma_gid, a_kind_the_port_lacks_says_what_was_asked)
@@ -172,15 +209,15 @@ Test(rdma_gid, a_kind_the_port_lacks_says_what_was_asked)
     ring__gid_ent_t t[2] = {v6_link_local(0, RING__GID_ROCE_V2), v4(1, RING__GID_ROCE_V2, 198, 18, 0, 1)};
     char why[256];
     /* soft-RoCE has v2 entries only. */
-    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, 1, 0, NULL, why, sizeof why), -1);
+    cr_assert_eq(ring__rdma_pick_gid(t, 2, 0, KIND(1, 0), NULL, why, sizeof why), -1);
     cr_assert(strstr(why, "no usable RoCE GID in the port's table (2 entries) of the kind asked for: RING_IB_ROCE_VERSION=1"),
               "%s", why);
     ring__gid_ent_t u[1] = {v4(1, RING__GID_ROCE_V2, 10, 0, 0, 1)};
-    cr_assert_eq(ring__rdma_pick_gid(u, 1, 0, 0, 6, NULL, why, sizeof why), -1);
+    cr_assert_eq(ring__rdma_pick_gid(u, 1, 0, KIND(0, 6), NULL, why, sizeof why), -1);
     cr_assert(strstr(why, "of the kind asked for: RING_IB_ADDR_FAMILY=AF_INET6"), "%s", why);
     /* InfiniBand routes by LID: the RoCE kinds do not apply. */
     ring__gid_ent_t ib[1] = {v6_link_local(0, RING__GID_IB)};
-    cr_assert_eq(ring__rdma_pick_gid(ib, 1, 1, 2, 4, NULL, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(ring__rdma_pick_gid(ib, 1, 1, KIND(2, 4), NULL, why, sizeof why), 0, "%s", why);
 }
 
 /* The handshake's check of the two ends' GIDs (ring__rdma_gid_check), on the soft-RoCE guest's

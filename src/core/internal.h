@@ -111,6 +111,9 @@ typedef struct ring__params {
     int ib_sl;            /* RING_IB_SL: service level (InfiniBand: the virtual lane; RoCE: the VLAN priority) */
     int ib_roce_version;  /* RING_IB_ROCE_VERSION: GIDs of this RoCE version only (1, 2; 0: any) */
     int ib_addr_family;   /* RING_IB_ADDR_FAMILY: GIDs of this family only (4, 6; 0: any) */
+    int ib_range_prefix;  /* RING_IB_ADDR_RANGE: GIDs sharing this many leading bits with ib_range_net (-1: any) */
+    uint8_t ib_range_net[16];
+    char ib_range[64];    /* RING_IB_ADDR_RANGE as given */
     char shm_dir[256];    /* where shared-memory segments are created (RING_SHM_DIR) */
     char host_id[64];     /* RING_HOST_ID: stands in for host name and boot id, "" = the real ones */
     uint8_t secret[16];

@@ -1,4 +1,5 @@
 /* Environment parsing and parameter resolution. See param.h and docs/env.md. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
@@ -74,6 +75,28 @@ int ring__parse_hostport(const char *s, char *host, size_t hostlen, char *port, 
     memcpy(host, h, hl);
     host[hl] = '\0';
     snprintf(port, portlen, "%lld", pv);
+    return 0;
+}
+
+int ring__parse_gid_range(const char *s, uint8_t net[16], int *prefix)
+{
+    char a[64];
+    const char *slash = s ? strchr(s, '/') : NULL;
+    if (!slash || (size_t)(slash - s) >= sizeof a) return -1;
+    memcpy(a, s, (size_t)(slash - s));
+    a[slash - s] = '\0';
+    long long len;
+    memset(net, 0, 16);
+    if (inet_pton(AF_INET, a, net + 12) == 1) {
+        if (ring__parse_int(slash + 1, 0, 32, &len) != 0 || !isdigit((unsigned char)slash[1])) return -1;
+        net[10] = net[11] = 0xff;
+        *prefix = 96 + (int)len;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, a, net) != 1 || ring__parse_int(slash + 1, 0, 128, &len) != 0 ||
+        !isdigit((unsigned char)slash[1]))
+        return -1;
+    *prefix = (int)len;
     return 0;
 }
 
@@ -316,6 +339,17 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
         p->ib_addr_family = 0;
         RING_CHECK(env_choice("RING_IB_ADDR_FAMILY", fnames, fvalues, 4, "AF_INET or AF_INET6 (or ipv4, ipv6)",
                               &p->ib_addr_family));
+        /* Several subnets on one RoCE port (VLANs): the one the fabric's verbs traffic belongs
+         * to (NCCL's NCCL_IB_ADDR_RANGE). */
+        const char *ar = getenv("RING_IB_ADDR_RANGE");
+        p->ib_range_prefix = -1;
+        p->ib_range[0] = '\0';
+        if (ar && *ar) {
+            if (strlen(ar) >= sizeof p->ib_range || ring__parse_gid_range(ar, p->ib_range_net, &p->ib_range_prefix) != 0)
+                return ring__seterr(NULL, RING_ERR_INVALID_ARG,
+                                    "RING_IB_ADDR_RANGE=\"%s\": expected an address range such as 10.0.0.0/16 or fd00::/8", ar);
+            snprintf(p->ib_range, sizeof p->ib_range, "%s", ar);
+        }
     }
     const char *hid = getenv("RING_HOST_ID");
     if (hid && *hid) {

@@ -42,6 +42,9 @@ int ring__parse_int(const char *s, long long lo, long long hi, long long *out);
 int ring__parse_hostport(const char *s, char *host, size_t hostlen, char *port, size_t portlen);
 /* "lo-hi" -> port range. 0 on success, -1 otherwise. */
 int ring__parse_port_range(const char *s, int *lo, int *hi);
+/* "10.0.0.0/16" or "fd00::/8" -> the range as a GID: net (an IPv4 range ::ffff:-mapped) and the
+ * number of leading bits a GID must share with it (96 + the IPv4 prefix). 0, or -1. */
+int ring__parse_gid_range(const char *s, uint8_t net[16], int *prefix);
 /* One hex digit's value (either case), -1 for anything else. */
 int ring__hexval(int c);
 /* 32 hex digits -> 16 bytes as given; any other non-empty string -> a 128-bit hash of it. */

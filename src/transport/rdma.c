@@ -313,8 +313,9 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
         memcpy(g.gid, ctx->gid.raw, 16);
         ring__rdma_gid_str(&g, why, len);
         snprintf(why + strlen(why), len - strlen(why), " (RING_IB_GID_INDEX%s)",
-                 !ctx->is_ib && (comm->params.ib_roce_version || comm->params.ib_addr_family)
-                     ? "; RING_IB_ROCE_VERSION and RING_IB_ADDR_FAMILY give way to it"
+                 !ctx->is_ib && (comm->params.ib_roce_version || comm->params.ib_addr_family ||
+                                 comm->params.ib_range_prefix >= 0)
+                     ? "; RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY and RING_IB_ADDR_RANGE give way to it"
                      : "");
         return RING_OK;
     }
@@ -351,8 +352,12 @@ static ring_result_t pick_gid(rdma_ctx *ctx, char *why, size_t len)
     }
     const uint8_t *want = NULL;
     if (comm->data_addr.ss_family == AF_INET) want = (const uint8_t *)&((struct sockaddr_in *)&comm->data_addr)->sin_addr;
-    ctx->gid_index = ring__rdma_pick_gid(t, n, ctx->is_ib, comm->params.ib_roce_version, comm->params.ib_addr_family, want,
-                                         why, len);
+    ring__gid_want_t kind = {.version = comm->params.ib_roce_version,
+                             .family = comm->params.ib_addr_family,
+                             .prefix = comm->params.ib_range_prefix,
+                             .range = comm->params.ib_range};
+    memcpy(kind.net, comm->params.ib_range_net, 16);
+    ctx->gid_index = ring__rdma_pick_gid(t, n, ctx->is_ib, &kind, want, why, len);
     free(e);
     free(t);
     if (ctx->gid_index < 0 && ctx->is_ib) {
@@ -441,9 +446,11 @@ static ring_result_t rdma_init(ring_comm_t *comm, void **ctxp)
              * report, not a host without verbs to route around. */
             rc = ring__seterr(comm, rc, "%s", w);
         else {
-            /* A kind asked for (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY) that this port lacks
-             * costs the job its verbs between this host and the others: worth a warning. */
-            int asked = !why[0] && !ctx->is_ib && (comm->params.ib_roce_version || comm->params.ib_addr_family);
+            /* A kind asked for (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY, RING_IB_ADDR_RANGE) that
+             * this port lacks costs the job its verbs between this host and the others: worth a
+             * warning. */
+            int asked = !why[0] && !ctx->is_ib &&
+                        (comm->params.ib_roce_version || comm->params.ib_addr_family || comm->params.ib_range_prefix >= 0);
             RING_LOG(asked ? RING_LOG_WARN : RING_LOG_INFO, RING_SUB_INIT, comm->rank, "rdma: not used (%s); TCP between hosts",
                      w);
             rc = RING_OK;

@@ -41,17 +41,25 @@ typedef struct ring__gid_ent {
     uint32_t type; /* RING__GID_* */
 } ring__gid_ent_t;
 
+/* The kind of RoCE GID asked for (RING_IB_ROCE_VERSION, RING_IB_ADDR_FAMILY, RING_IB_ADDR_RANGE). */
+typedef struct ring__gid_want {
+    int version;     /* 1, 2; 0: any */
+    int family;      /* 4: IPv4-mapped, 6: the others; 0: any */
+    int prefix;      /* leading bits a GID must share with net; -1: any */
+    uint8_t net[16]; /* the range as a GID (ring__parse_gid_range) */
+    const char *range; /* as the user wrote it, for messages */
+} ring__gid_want_t;
+
 /*
  * Which GID a rank uses on a port. InfiniBand: the first IB GID (index 0 in practice; the LID
- * routes). RoCE: only entries of RoCE version `version` (1, 2; 0: any) and address family
- * `family` (4: IPv4-mapped, 6: the others; 0: any), as RING_IB_ROCE_VERSION and
- * RING_IB_ADDR_FAMILY ask; among them RoCE v2 before v1 (v2 is routable over IP),
- * IPv4-mapped (::ffff:a.b.c.d) before others, and among those the one whose address is
- * `want_v4` (the address the rank talks TCP from, network order; NULL: none) so that verbs
- * traffic takes the same interface. Returns the chosen entry's index field, or -1 when the
- * table has nothing usable; `why` says what was chosen and why (for the INFO log).
+ * routes). RoCE: only entries of the kind `w` asks for (NULL: any); among them RoCE v2 before
+ * v1 (v2 is routable over IP), IPv4-mapped (::ffff:a.b.c.d) before others, and among those the
+ * one whose address is `want_v4` (the address the rank talks TCP from, network order; NULL:
+ * none) so that verbs traffic takes the same interface. Returns the chosen entry's index
+ * field, or -1 when the table has nothing usable; `why` says what was chosen and why (for the
+ * INFO log), and names the kind asked for.
  */
-int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, int version, int family, const uint8_t *want_v4,
+int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const ring__gid_want_t *w, const uint8_t *want_v4,
                         char *why, size_t len);
 
 /* "GID index 1 (RoCE v2, IPv4 198.18.0.1)": an entry as the logs and errors name it. */

@@ -25,15 +25,28 @@ int ring__rdma_soft_device(const char *name)
     return name && (!strncmp(name, "rxe", 3) || !strncmp(name, "siw", 3));
 }
 
-int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, int version, int family, const uint8_t *want_v4,
+/* The first `bits` bits of a and b are equal. */
+static int same_prefix(const uint8_t *a, const uint8_t *b, int bits)
+{
+    int whole = bits / 8, rest = bits % 8;
+    if (memcmp(a, b, (size_t)whole)) return 0;
+    return !rest || ((a[whole] ^ b[whole]) >> (8 - rest)) == 0;
+}
+
+int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const ring__gid_want_t *w, const uint8_t *want_v4,
                         char *why, size_t len)
 {
     int best = -1, best_score = -1;
-    char asked[96] = "";
-    if (!is_ib && version) snprintf(asked, sizeof asked, "RING_IB_ROCE_VERSION=%d", version);
-    if (!is_ib && family)
+    const int version = w && !is_ib ? w->version : 0, family = w && !is_ib ? w->family : 0;
+    const int prefix = w && !is_ib ? w->prefix : -1;
+    char asked[160] = "";
+    if (version) snprintf(asked, sizeof asked, "RING_IB_ROCE_VERSION=%d", version);
+    if (family)
         snprintf(asked + strlen(asked), sizeof asked - strlen(asked), "%sRING_IB_ADDR_FAMILY=%s", asked[0] ? ", " : "",
                  family == 4 ? "AF_INET" : "AF_INET6");
+    if (prefix >= 0)
+        snprintf(asked + strlen(asked), sizeof asked - strlen(asked), "%sRING_IB_ADDR_RANGE=%s", asked[0] ? ", " : "",
+                 w->range ? w->range : "?");
     for (int i = 0; i < n; i++) {
         const ring__gid_ent_t *e = &t[i];
         /* A queue pair's source GID index is 8 bits (ibv_global_route.sgid_index): an entry
@@ -47,6 +60,7 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, int version,
             if (e->type == RING__GID_IB) continue;
             if (version && e->type != (uint32_t)version) continue;
             if ((family == 4 && !is_v4_mapped(e->gid)) || (family == 6 && is_v4_mapped(e->gid))) continue;
+            if (prefix >= 0 && !same_prefix(e->gid, w->net, prefix)) continue;
             /* v2 over v1 first (a v1 rank and a v2 rank never meet: their queue pairs reach RTS
              * and every packet is dropped, so every rank must choose alike, whatever its
              * addresses), then the bootstrap address, then IPv4 over IPv6, a routable IPv6

@@ -24,8 +24,8 @@
 #      buffers that verbs read in place, RING_IB_GID_INDEX naming an unused GID entry (with
 #      RING_TRANSPORT=rdma and auto), and two ranks whose GIDs cannot reach each other (IPv6
 #      facing IPv4; RoCE v1, through gid_as_v1.so, facing v2): refused on both, or TCP under auto;
-#      GIDs chosen by kind (RING_IB_ADDR_FAMILY=AF_INET6 runs on fe80::, RING_IB_ROCE_VERSION=1
-#      finds nothing on rxe0).
+#      GIDs chosen by kind (RING_IB_ADDR_FAMILY=AF_INET6 and RING_IB_ADDR_RANGE=fe80::/10 run on
+#      fe80::, RING_IB_ROCE_VERSION=1 and RING_IB_ADDR_RANGE=10.0.0.0/8 find nothing on rxe0).
 #   5. qps: 3 queue pairs per connection (RING_IB_QPS_PER_PEER=3), results checked; the QPs
 #      report the RING_IB_TIMEOUT, RING_IB_RETRY_CNT, RING_IB_TC and RING_IB_SL given.
 #   6. credits: a receiver send queue of 1 entry (RING_TEST_IB_RECV_SQ=1), so that credit
@@ -338,6 +338,21 @@ WRAP
     { echo "suite: RING_IB_ROCE_VERSION=1 under auto did not run over TCP:"; tail -n 20 "$tmp/v1-auto.log"; return 1; }
   [ "$(grep -c 'WARN.*rdma: not used (.*RING_IB_ROCE_VERSION=1); TCP between hosts' "$tmp/v1-auto.log")" -eq 2 ] ||
     { echo "suite: RING_IB_ROCE_VERSION=1 under auto: no warning on every rank:"; tail -n 10 "$tmp/v1-auto.log"; return 1; }
+  # RING_IB_ADDR_RANGE: fe80::/10 takes index 0 where the default is index 1 (IPv4), and runs;
+  # 10.0.0.0/8, which no GID of rxe0 is in, fails forced verbs naming it.
+  RING_IB_ADDR_RANGE=fe80::/10 RING_TRANSPORT=rdma RING_DEBUG=INFO RING_DEBUG_SUBSYS=INIT RING_DEBUG_FILE=$tmp/range.%p \
+    timeout 120 "$rr" -n 2 "$rp" -b 4 -e 64K -f 16 -n 1 -w 0 -c 1 --no-probe > "$tmp/range.log" 2>&1 ||
+    { echo "suite: RING_IB_ADDR_RANGE=fe80::/10 did not run:"; tail -n 20 "$tmp/range.log"; return 1; }
+  [ "$(cat "$tmp"/range.[0-9]* | grep -c 'GID index 0: RoCE v2, IPv6 link-local .*(RING_IB_ADDR_RANGE=fe80::/10)')" -eq 2 ] ||
+    { echo "suite: RING_IB_ADDR_RANGE=fe80::/10 did not put both ranks on GID index 0:"; grep -h rdma "$tmp"/range.[0-9]*;
+      return 1; }
+  if RING_IB_ADDR_RANGE=10.0.0.0/8 RING_TRANSPORT=rdma timeout 120 "$rr" -n 2 "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 --no-probe \
+      > "$tmp/range-none.log" 2>&1; then
+    echo "suite: RING_IB_ADDR_RANGE=10.0.0.0/8 ran on verbs, but rxe0 has no GID in it"; return 1
+  fi
+  [ "$(grep -c 'ring_comm_init.*of the kind asked for: RING_IB_ADDR_RANGE=10.0.0.0/8' "$tmp/range-none.log")" -eq 2 ] ||
+    { echo "suite: RING_IB_ADDR_RANGE=10.0.0.0/8: not every rank failed naming it:"; tail -n 10 "$tmp/range-none.log";
+      return 1; }
   local c
   for c in allgather allreduce; do
     RING_TRANSPORT=$transport RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/reg-$c.%p \
