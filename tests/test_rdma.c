@@ -196,6 +196,12 @@ Test(rdma_gid, an_address_range_picks_its_subnet)
     ring__gid_want_t l = {.prefix = 10, .range = "fe80::/10"};
     l.net[0] = 0xfe, l.net[1] = 0x80;
     cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &l, want, why, sizeof why), 1, "%s", why);
+    /* The port has IPv4 entries; the range left them out. */
+    cr_assert(!strstr(why, "no IPv4 GID"), "%s", why);
+    /* And the bootstrap address has a GID (192.168.7.5), outside the range asked for. */
+    w.version = 0;
+    cr_assert_eq(ring__rdma_pick_gid(t, n, 0, &w, want, why, sizeof why), 3, "%s", why);
+    cr_assert(!strstr(why, "no GID carries"), "%s", why);
     /* /0 of either family takes all of that family and nothing of the other. */
     ring__gid_want_t all4 = {.prefix = 96, .range = "0.0.0.0/0"};
     all4.net[10] = all4.net[11] = 0xff;

@@ -83,10 +83,12 @@ int ring__rdma_pick_gid(const ring__gid_ent_t *t, int n, int is_ib, const ring__
         snprintf(why, len, "GID index %u: RoCE v%d, IPv4 %u.%u.%u.%u%s", e->index, e->type == RING__GID_ROCE_V2 ? 2 : 1,
                  e->gid[12], e->gid[13], e->gid[14], e->gid[15],
                  best_score % 16 >= 8 ? " (the bootstrap interface's address)"
-                                 : " (no GID carries the bootstrap interface's address)");
+                 : asked[0]           ? ""
+                                      : " (no GID carries the bootstrap interface's address)");
     } else {
+        /* With a kind asked for, the entries it left out are not this port's whole table. */
         snprintf(why, len, "GID index %u: RoCE v%d, IPv6%s%s", e->index, e->type == RING__GID_ROCE_V2 ? 2 : 1,
-                 is_link_local(e->gid) ? " link-local" : "", family ? "" : " (no IPv4 GID on this port)");
+                 is_link_local(e->gid) ? " link-local" : "", asked[0] ? "" : " (no IPv4 GID on this port)");
     }
     if (asked[0]) snprintf(why + strlen(why), len - strlen(why), " (%s)", asked);
     return (int)e->index;
