@@ -82,20 +82,19 @@ int ring__parse_gid_range(const char *s, uint8_t net[16], int *prefix)
 {
     char a[64];
     const char *slash = s ? strchr(s, '/') : NULL;
-    if (!slash || (size_t)(slash - s) >= sizeof a) return -1;
+    /* A digit first: ring__parse_int would take "/ 8" and "/+8". */
+    if (!slash || (size_t)(slash - s) >= sizeof a || !isdigit((unsigned char)slash[1])) return -1;
     memcpy(a, s, (size_t)(slash - s));
     a[slash - s] = '\0';
     long long len;
     memset(net, 0, 16);
     if (inet_pton(AF_INET, a, net + 12) == 1) {
-        if (ring__parse_int(slash + 1, 0, 32, &len) != 0 || !isdigit((unsigned char)slash[1])) return -1;
+        if (ring__parse_int(slash + 1, 0, 32, &len) != 0) return -1;
         net[10] = net[11] = 0xff;
         *prefix = 96 + (int)len;
         return 0;
     }
-    if (inet_pton(AF_INET6, a, net) != 1 || ring__parse_int(slash + 1, 0, 128, &len) != 0 ||
-        !isdigit((unsigned char)slash[1]))
-        return -1;
+    if (inet_pton(AF_INET6, a, net) != 1 || ring__parse_int(slash + 1, 0, 128, &len) != 0) return -1;
     *prefix = (int)len;
     return 0;
 }
@@ -332,18 +331,15 @@ ring_result_t ring__params_resolve(ring__params_t *p, const ring_config_t *cfg)
          * NCCL_IB_ADDR_FAMILY, whose spellings are taken too). */
         static const char *const vnames[] = {"1", "2"};
         static const int vvalues[] = {1, 2};
-        p->ib_roce_version = 0;
         RING_CHECK(env_choice("RING_IB_ROCE_VERSION", vnames, vvalues, 2, "1 or 2", &p->ib_roce_version));
         static const char *const fnames[] = {"AF_INET", "AF_INET6", "ipv4", "ipv6"};
         static const int fvalues[] = {4, 6, 4, 6};
-        p->ib_addr_family = 0;
         RING_CHECK(env_choice("RING_IB_ADDR_FAMILY", fnames, fvalues, 4, "AF_INET or AF_INET6 (or ipv4, ipv6)",
                               &p->ib_addr_family));
         /* Several subnets on one RoCE port (VLANs): the one the fabric's verbs traffic belongs
          * to (NCCL's NCCL_IB_ADDR_RANGE). */
         const char *ar = getenv("RING_IB_ADDR_RANGE");
         p->ib_range_prefix = -1;
-        p->ib_range[0] = '\0';
         if (ar && *ar) {
             if (strlen(ar) >= sizeof p->ib_range || ring__parse_gid_range(ar, p->ib_range_net, &p->ib_range_prefix) != 0)
                 return ring__seterr(NULL, RING_ERR_INVALID_ARG,

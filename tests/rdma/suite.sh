@@ -281,7 +281,7 @@ mixed_and_registered() {
   # v2), rank 1 on index 1 (IPv4, v2). "version": rank 1 sees its entries as RoCE v1
   # (gid_as_v1.so; its packets stay v2, so without the check the job would run). Forced verbs
   # must fail on both ranks; auto between two "hosts" must leave the pair on TCP and run.
-  local gw=$tmp/gid.sh kind want_txt r
+  local gw=$tmp/gid.sh kind want_txt
   cc -shared -fPIC -O1 -o "$tmp/gid_as_v1.so" "$here/gid_as_v1.c" -ldl ||
     { echo "suite: cannot build the LD_PRELOAD shim (cc and libibverbs-dev are needed)"; return 1; }
   cat > "$gw" <<WRAP
@@ -294,20 +294,41 @@ esac
 exec "\$@"
 WRAP
   chmod +x "$gw"
+  # refused LOG TEXT [VAR=value...]: a 2-rank job on forced verbs whose init must fail on both
+  # ranks, each naming TEXT.
+  refused() {
+    local log=$tmp/$1 text=$2
+    shift 2
+    if env "$@" RING_TRANSPORT=rdma RING_TIMEOUT_MS=30000 timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 \
+        --no-probe > "$log" 2>&1; then
+      echo "suite: $* ran on verbs"; return 1
+    fi
+    [ "$(grep -F 'ring_perf: ring_comm_init' "$log" | grep -c -F "$text")" -eq 2 ] ||
+      { echo "suite: $*: not every rank failed naming $text:"; tail -n 20 "$log"; return 1; }
+    grep -m 1 -F "[0] ring_perf: ring_comm_init" "$log"
+  }
+  # on_index0 LOG WHY [VAR=value...]: a 2-rank job on forced verbs that must run, checked, with
+  # both ranks on GID index 0 (fe80::, v2) for the reason WHY and verbs both ways.
+  on_index0() {
+    local log=$tmp/$1 why=$2
+    shift 2
+    env "$@" RING_TRANSPORT=rdma RING_DEBUG=INFO RING_DEBUG_SUBSYS=INIT,NET RING_DEBUG_FILE="$log.%p" timeout 120 \
+      "$rr" -n 2 "$rp" -b 4 -e 256K -f 8 -n 1 -w 0 -c 1 --no-probe > "$log" 2>&1 ||
+      { echo "suite: $* did not run:"; tail -n 20 "$log"; return 1; }
+    [ "$(cat "$log".[0-9]* | grep -c "GID index 0: RoCE v2, IPv6 link-local .*($why)")" -eq 2 ] &&
+      [ "$(cat "$log".[0-9]* | grep -c 'over rxe0')" -eq 4 ] ||
+      { echo "suite: $*: not every rank on GID index 0 with verbs both ways:"; grep -h rdma "$log".[0-9]* | tail -n 10;
+        return 1; }
+    grep -h -m 1 -o "GID index 0: .*($why)" "$log".[0-9]* | head -n 1
+  }
   for kind in family version; do
     case $kind in
       family) want_txt='GID index 1 (RoCE v2, IPv4 198.18.0.1)' ;;
       version) want_txt='(RoCE v1, IPv4 198.18.0.1)' ;;
     esac
-    if GID_CASE=$kind RING_TRANSPORT=rdma RING_TIMEOUT_MS=30000 timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 4 -n 1 -w 0 \
-        -c 1 --no-probe > "$tmp/gid-$kind.log" 2>&1; then
-      echo "suite: GIDs of different kinds ($kind) were accepted with RING_TRANSPORT=rdma"; return 1
-    fi
-    for r in 0 1; do
-      grep -F "[$r] ring_perf: ring_comm_init" "$tmp/gid-$kind.log" | grep -F "$want_txt" | grep -q 'RING_IB_ADDR_FAMILY)' ||
-        { echo "suite: $kind: rank $r did not fail naming both GIDs:"; tail -n 20 "$tmp/gid-$kind.log"; return 1; }
-    done
-    grep -m 1 -F "[0] ring_perf: ring_comm_init" "$tmp/gid-$kind.log"
+    refused "gid-$kind.log" "$want_txt" "GID_CASE=$kind" || return 1
+    [ "$(grep -F 'ring_perf: ring_comm_init' "$tmp/gid-$kind.log" | grep -F "$want_txt" | grep -c 'RING_IB_ADDR_FAMILY)')" -eq 2 ] ||
+      { echo "suite: $kind: the refusal does not say what to set on every rank"; return 1; }
     GID_CASE=$kind RING_TRANSPORT=auto RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/gid-auto-$kind.%p \
       timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 64K -f 16 -n 1 -w 0 -c 1 --no-probe > "$tmp/gid-auto-$kind.log" 2>&1 ||
       { echo "suite: $kind: auto did not run over TCP:"; tail -n 20 "$tmp/gid-auto-$kind.log"; return 1; }
@@ -315,44 +336,20 @@ WRAP
       { echo "suite: $kind: auto did not keep both directions of both ranks on TCP naming the GIDs:";
         cat "$tmp"/gid-auto-"$kind".[0-9]* | grep -e 'rdma' | tail -n 10; return 1; }
   done
-  # The kind asked for instead of an index: RING_IB_ADDR_FAMILY=AF_INET6 takes the link-local
-  # v2 entry (index 0) on every rank, and verbs run over it, checked; RING_IB_ROCE_VERSION=1,
-  # which rxe0 has no entry of, fails forced verbs naming the variable, and under auto between
-  # two "hosts" leaves TCP with a warning.
-  RING_IB_ADDR_FAMILY=AF_INET6 RING_TRANSPORT=rdma RING_DEBUG=INFO RING_DEBUG_SUBSYS=INIT,NET \
-    RING_DEBUG_FILE=$tmp/fam6.%p timeout 120 "$rr" -n 2 "$rp" -b 4 -e 256K -f 8 -n 1 -w 0 -c 1 --no-probe \
-    > "$tmp/fam6.log" 2>&1 || { echo "suite: RING_IB_ADDR_FAMILY=AF_INET6 did not run:"; tail -n 20 "$tmp/fam6.log"; return 1; }
-  [ "$(cat "$tmp"/fam6.[0-9]* | grep -c 'GID index 0: RoCE v2, IPv6 link-local (RING_IB_ADDR_FAMILY=AF_INET6)')" -eq 2 ] &&
-    [ "$(cat "$tmp"/fam6.[0-9]* | grep -c 'over rxe0')" -eq 4 ] ||
-    { echo "suite: RING_IB_ADDR_FAMILY=AF_INET6: not every rank on GID index 0 with verbs both ways:";
-      cat "$tmp"/fam6.[0-9]* | grep -e 'rdma' | tail -n 10; return 1; }
-  grep -h -m 1 -o 'GID index 0: .*FAMILY=AF_INET6)' "$tmp"/fam6.[0-9]* | head -n 1
-  if RING_IB_ROCE_VERSION=1 RING_TRANSPORT=rdma timeout 120 "$rr" -n 2 "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 --no-probe \
-      > "$tmp/v1.log" 2>&1; then
-    echo "suite: RING_IB_ROCE_VERSION=1 ran on verbs, but rxe0 has no RoCE v1 entry"; return 1
-  fi
-  [ "$(grep -c 'ring_comm_init.*of the kind asked for: RING_IB_ROCE_VERSION=1' "$tmp/v1.log")" -eq 2 ] ||
-    { echo "suite: RING_IB_ROCE_VERSION=1: not every rank failed naming it:"; tail -n 10 "$tmp/v1.log"; return 1; }
+  # The kind asked for instead of an index: RING_IB_ADDR_FAMILY=AF_INET6 and
+  # RING_IB_ADDR_RANGE=fe80::/10 take the link-local v2 entry (index 0, where the default is the
+  # IPv4 one) on every rank, and verbs run over it; RING_IB_ROCE_VERSION=1 and
+  # RING_IB_ADDR_RANGE=10.0.0.0/8, which no GID of rxe0 matches, fail forced verbs naming the
+  # variable, and under auto between two "hosts" the first leaves TCP with a warning.
+  on_index0 fam6.log 'RING_IB_ADDR_FAMILY=AF_INET6' RING_IB_ADDR_FAMILY=AF_INET6 || return 1
+  on_index0 range.log 'RING_IB_ADDR_RANGE=fe80::/10' RING_IB_ADDR_RANGE=fe80::/10 || return 1
+  refused v1.log 'of the kind asked for: RING_IB_ROCE_VERSION=1' RING_IB_ROCE_VERSION=1 || return 1
+  refused range-none.log 'of the kind asked for: RING_IB_ADDR_RANGE=10.0.0.0/8' RING_IB_ADDR_RANGE=10.0.0.0/8 || return 1
   RING_IB_ROCE_VERSION=1 RING_TRANSPORT=auto RING_DEBUG=WARN timeout 120 "$rr" -n 2 "$gw" "$rp" -b 4 -e 64K -f 16 -n 1 \
     -w 0 -c 1 --no-probe > "$tmp/v1-auto.log" 2>&1 ||
     { echo "suite: RING_IB_ROCE_VERSION=1 under auto did not run over TCP:"; tail -n 20 "$tmp/v1-auto.log"; return 1; }
   [ "$(grep -c 'WARN.*rdma: not used (.*RING_IB_ROCE_VERSION=1); TCP between hosts' "$tmp/v1-auto.log")" -eq 2 ] ||
     { echo "suite: RING_IB_ROCE_VERSION=1 under auto: no warning on every rank:"; tail -n 10 "$tmp/v1-auto.log"; return 1; }
-  # RING_IB_ADDR_RANGE: fe80::/10 takes index 0 where the default is index 1 (IPv4), and runs;
-  # 10.0.0.0/8, which no GID of rxe0 is in, fails forced verbs naming it.
-  RING_IB_ADDR_RANGE=fe80::/10 RING_TRANSPORT=rdma RING_DEBUG=INFO RING_DEBUG_SUBSYS=INIT RING_DEBUG_FILE=$tmp/range.%p \
-    timeout 120 "$rr" -n 2 "$rp" -b 4 -e 64K -f 16 -n 1 -w 0 -c 1 --no-probe > "$tmp/range.log" 2>&1 ||
-    { echo "suite: RING_IB_ADDR_RANGE=fe80::/10 did not run:"; tail -n 20 "$tmp/range.log"; return 1; }
-  [ "$(cat "$tmp"/range.[0-9]* | grep -c 'GID index 0: RoCE v2, IPv6 link-local .*(RING_IB_ADDR_RANGE=fe80::/10)')" -eq 2 ] ||
-    { echo "suite: RING_IB_ADDR_RANGE=fe80::/10 did not put both ranks on GID index 0:"; grep -h rdma "$tmp"/range.[0-9]*;
-      return 1; }
-  if RING_IB_ADDR_RANGE=10.0.0.0/8 RING_TRANSPORT=rdma timeout 120 "$rr" -n 2 "$rp" -b 4 -e 4 -n 1 -w 0 -c 1 --no-probe \
-      > "$tmp/range-none.log" 2>&1; then
-    echo "suite: RING_IB_ADDR_RANGE=10.0.0.0/8 ran on verbs, but rxe0 has no GID in it"; return 1
-  fi
-  [ "$(grep -c 'ring_comm_init.*of the kind asked for: RING_IB_ADDR_RANGE=10.0.0.0/8' "$tmp/range-none.log")" -eq 2 ] ||
-    { echo "suite: RING_IB_ADDR_RANGE=10.0.0.0/8: not every rank failed naming it:"; tail -n 10 "$tmp/range-none.log";
-      return 1; }
   local c
   for c in allgather allreduce; do
     RING_TRANSPORT=$transport RING_DEBUG=INFO RING_DEBUG_SUBSYS=NET RING_DEBUG_FILE=$tmp/reg-$c.%p \
