@@ -31,14 +31,18 @@
 #  flap       host 1's link goes down for 1 s in the middle of a checked 1 MiB all-reduce run
 #             (RING_TIMEOUT_MS=20000, far above the stall): TCP retransmits once it is back,
 #             and every rank must exit 0 with 0 wrong elements. How long after the link's
-#             return data moved again is printed. Then for 20 s (RING_TIMEOUT_MS=60000): the
-#             kernel must not give the connections up either.
+#             return data moved again is printed. Then for 20 s (RING_TIMEOUT_MS=60000, on
+#             CUBIC, see below): the kernel must not give the connections up either. While
+#             the link is back, the sockets holding bytes are sampled with ss every second,
+#             and a flap that fails prints the last sample (which connection stalled, how).
 #
 # Skips (exit 77) with the reason where the bed cannot run (not root, no ip netns, veth, bridge
 # or tbf). Without netem and nft the lossy and corrupt stages are skipped, saying so, and the
 # partition stage still runs.
 #
 #   tests/netns_faults.sh [BED_SH RING_PERF]   (default: $RING_TEST_NETNS_BED, $RING_TEST_RING_PERF)
+#   RING_TEST_FAULTS_ONLY=REGEX: only the checks whose names match ("lossy", "corrupt",
+#   "partition NAME", "flap NAME", as printed), to repeat one while chasing a failure.
 #
 # The margin of the partition bound: the no-progress clock starts at the last byte a rank moved,
 # which is at the cut (the ranks move data all the time; bytes already in socket buffers drain
@@ -129,6 +133,7 @@ fail() { echo "FAIL: netns-faults: $*" >&2; fails=$((fails + 1)); }
 pass() { echo "ok: netns-faults: $*"; passes=$((passes + 1)); }
 stage_skip() { echo "SKIP: netns-faults: $*"; skips=$((skips + 1)); }
 ms_since() { echo $((($1 - $2) / 1000)); }
+want() { [[ -z ${RING_TEST_FAULTS_ONLY:-} || $1 =~ $RING_TEST_FAULTS_ONLY ]]; }
 
 # Every rank's stderr, indented (the messages are the point of the partition stage).
 show_errs() {
@@ -195,6 +200,7 @@ sweeps() { # stage name
 }
 
 t_stage=$SECONDS
+want lossy || want corrupt || impair=skipped
 case $impair in
     netem)
         netem_on delay 200us 100us loss 2% duplicate 1% reorder 5% 50% || { fail "netem on the links failed"; }
@@ -213,6 +219,7 @@ case $impair in
         bed_loss_off
         stage_skip "corrupt: needs the netem qdisc, which this kernel lacks"
         ;;
+    skipped) ;;
     *)
         stage_skip "lossy: no netem qdisc in this kernel and no nft to drop packets with"
         stage_skip "corrupt: needs the netem qdisc, which this kernel lacks"
@@ -262,9 +269,35 @@ cut_link() { # where host file [up_ms]
         read -ra b <<<"$(port_rx)"
         if ((b[h] - a[h] >= 65536)); then
             echo "${EPOCHREALTIME/[.,]/}" >"$file.resumed"
-            return 0
+            break
         fi
     done
+    ss_sample "$file.ss" "$(cat "$file.up")"
+}
+# Until bed_run kills it: every second, each host's TCP sockets that hold bytes (queued to
+# send or unread) with the kernel's timers and backoff, into FILE (the last sample stays; UP_US
+# is when the link came back).
+# A flap that does not end right is printed with it: which connection stalled, and whether
+# in retransmission, a window probe ("persist") or unread in the receiver (the library).
+ss_sample() { # file up_us
+    local file=$1 up=$2 i
+    while :; do
+        {
+            echo "# ss -tinmo, $(ms_since "${EPOCHREALTIME/[.,]/}" "$up") ms after the link came back (sockets holding bytes):"
+            for ((i = 0; i < BED_N; i++)); do
+                ip netns exec "$(bed_ns_host "$i")" ss -tinmoOH state established 2>/dev/null |
+                    awk -v h="$i" '$1 > 0 || $2 > 0 { print "#   host " h ": " $0 }'
+            done
+        } >"$file.tmp" && mv -f "$file.tmp" "$file"
+        sleep 1
+    done
+}
+# The congestion control that the sampler's last look (FILE) saw on sockets holding bytes.
+flap_cc() { # file
+    local seen
+    seen=$(grep -o ' \(bbr\|cubic\|reno\|dctcp\|htcp\|vegas\) wscale' "$1" 2>/dev/null | awk '{ print $1 }' | sort -u | tr '\n' ' ')
+    seen=${seen% }
+    echo "${seen:-none seen}"
 }
 link_set() { # where host up|down
     if [[ $1 == port ]]; then ip -n "$br" link set "p$2" "$3"; else ip -n "$(bed_ns_host "$2")" link set "$BED_IF" "$3"; fi
@@ -275,11 +308,12 @@ link_set() { # where host up|down
 # run must end as if nothing happened (every rank exits 0, 0 wrong).
 flap() {
     local name=$1 where=$2 h=$3 down_ms=$4 out=$BED_DIR/flap-$1 cutf=$BED_DIR/cut-flap-$1 rc=0 cut up resumed stall rows i first=""
+    want "flap $name" || return 0
     shift 4
     BED_PORT=$port port=$((port + 1))
     BED_RUN_HOOK=(cut_link "$where" "$h" "$cutf" "$down_ms")
-    rm -f "$cutf" "$cutf.up" "$cutf.resumed"
-    RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS bed_run "$out" 90 "$ring_perf" --no-probe -c 1 "$@" || rc=$?
+    rm -f "$cutf" "$cutf.up" "$cutf.resumed" "$cutf.ss"
+    RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS RING_TCP_CONGESTION=${FLAP_CC:-auto} bed_run "$out" 90 "$ring_perf" --no-probe -c 1 "$@" || rc=$?
     BED_RUN_HOOK=()
     link_set port "$h" up
     link_set host "$h" up
@@ -305,6 +339,7 @@ flap() {
         # library did, during an outage shorter than RING_TIMEOUT_MS.
         fail "flap $name: host $h's link down for $down_ms ms, $stall: ranks did not all exit 0 (${BED_FAILED[*]}), the first $(ms_since "$first" "$cut") ms after the cut"
         show_errs "$out" >&2
+        cat "$cutf.ss" >&2 2>/dev/null
     elif ((first < cut + down_ms * 1000)); then
         fail "flap $name: a rank ended $(ms_since "$first" "$cut") ms after the cut, before the link came back: the run was too short to test the flap"
         show_errs "$out" >&2
@@ -312,12 +347,13 @@ flap() {
         fail "flap $name: $rows rows, wrong elements or no summary"
         cat "$out/rank0.out" >&2
     else
-        pass "flap $name: host $h's link down for $down_ms ms ($where), cut $(ms_since "$cut" "$BED_START_US") ms after the start; $stall; all ranks exited 0 $(ms_since "$first" "$cut")+ ms after the cut, 0 wrong (RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS)"
+        pass "flap $name: host $h's link down for $down_ms ms ($where), cut $(ms_since "$cut" "$BED_START_US") ms after the start; $stall; all ranks exited 0 $(ms_since "$first" "$cut")+ ms after the cut, 0 wrong (RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS, RING_TCP_CONGESTION=${FLAP_CC:-auto}, ss saw: $(flap_cc "$cutf.ss"))"
     fi
 }
 
 partition() { # name where host ring_perf-args...
     local name=$1 where=$2 h=$3 out=$BED_DIR/part-$1 cutf=$BED_DIR/cut-$1 rc=0 cut i st ms worst=0 bad=0 named=0
+    want "partition $name" || return 0
     shift 3
     BED_PORT=$port port=$((port + 1))
     BED_RUN_HOOK=(cut_link "$where" "$h" "$cutf")
@@ -390,7 +426,12 @@ flap "ring-host1-port" port 1 1000 -C allreduce -b 1M -e 1M -n 300 -w 0
 # A long outage, under RING_TIMEOUT_MS: the data sockets' backoff cap (RING_TCP_RTO_MAX_MS)
 # also shortens the kernel's own give-up rule to 14.4 s, and without the TCP_USER_TIMEOUT that
 # replaces it every rank failed with ETIMEDOUT 19 s after the cut (tcp.c, rto_set).
-FLAP_TIMEOUT_MS=60000 flap "ring-host1-port-20s" port 1 20000 -C allreduce -b 1M -e 1M -n 300 -w 0
+# On CUBIC: with BBR (this VM's default, which the bed's hosts inherit) a 20 s outage can leave
+# a connection paced at what it delivered during the outage, about 11 kbit/s, for a minute and
+# more (BBR's policer detection, docs/reliability.md): seen once in 10 runs here and once in
+# CI, where the ranks then timed out. That is the congestion control's doing, documented; what
+# this check asks of the library is that the connections survive the outage.
+FLAP_CC=cubic FLAP_TIMEOUT_MS=60000 flap "ring-host1-port-20s" port 1 20000 -C allreduce -b 1M -e 1M -n 300 -w 0
 echo "# netns-faults: partition stage took $((SECONDS - t_stage)) s"
 
 bed_down
