@@ -41,8 +41,8 @@
 # partition stage still runs.
 #
 #   tests/netns_faults.sh [BED_SH RING_PERF]   (default: $RING_TEST_NETNS_BED, $RING_TEST_RING_PERF)
-#   RING_TEST_FAULTS_ONLY=REGEX: only the checks whose names match ("lossy", "corrupt",
-#   "partition NAME", "flap NAME", as printed), to repeat one while chasing a failure.
+#   RING_TEST_FAULTS_ONLY=REGEX: only the checks whose names match ("lossy" or "corrupt", which
+#   run together, "partition NAME", "flap NAME", as printed), to repeat one while chasing a failure.
 #
 # The margin of the partition bound: the no-progress clock starts at the last byte a rank moved,
 # which is at the cut (the ranks move data all the time; bytes already in socket buffers drain
@@ -260,7 +260,8 @@ cut_link() { # where host file [up_ms]
     [[ -n $up_ms ]] || return 0
     sleep "$((up_ms / 1000)).$(printf %03d $((up_ms % 1000)))"
     link_set "$where" "$h" up
-    echo "${EPOCHREALTIME/[.,]/}" >"$file.up"
+    local up_us=${EPOCHREALTIME/[.,]/}
+    echo "$up_us" >"$file.up"
     # When the data moves again: the switch port has 64 KiB more from the host (ARP and a
     # lone retransmitted segment are less), sampled every 50 ms for up to 30 s.
     read -ra a <<<"$(port_rx)"
@@ -272,7 +273,7 @@ cut_link() { # where host file [up_ms]
             break
         fi
     done
-    ss_sample "$file.ss" "$(cat "$file.up")"
+    ss_sample "$file.ss" "$up_us"
 }
 # Until bed_run kills it: every second, each host's TCP sockets that hold bytes (queued to
 # send or unread) with the kernel's timers and backoff, into FILE (the last sample stays; UP_US
@@ -292,10 +293,11 @@ ss_sample() { # file up_us
         sleep 1
     done
 }
-# The congestion control that the sampler's last look (FILE) saw on sockets holding bytes.
+# The congestion control that the sampler's last look (FILE) saw on sockets holding bytes (ss
+# prints a socket's algorithm just before its wscale).
 flap_cc() { # file
     local seen
-    seen=$(grep -o ' \(bbr\|cubic\|reno\|dctcp\|htcp\|vegas\) wscale' "$1" 2>/dev/null | awk '{ print $1 }' | sort -u | tr '\n' ' ')
+    seen=$(grep -oE ' [a-z0-9_]+ wscale:' "$1" 2>/dev/null | awk '{ print $1 }' | sort -u | tr '\n' ' ')
     seen=${seen% }
     echo "${seen:-none seen}"
 }
@@ -313,7 +315,7 @@ flap() {
     BED_PORT=$port port=$((port + 1))
     BED_RUN_HOOK=(cut_link "$where" "$h" "$cutf" "$down_ms")
     rm -f "$cutf" "$cutf.up" "$cutf.resumed" "$cutf.ss"
-    RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS RING_TCP_CONGESTION=${FLAP_CC:-auto} bed_run "$out" 90 "$ring_perf" --no-probe -c 1 "$@" || rc=$?
+    RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS RING_TCP_CONGESTION=${FLAP_CC:-${RING_TCP_CONGESTION:-auto}} bed_run "$out" 90 "$ring_perf" --no-probe -c 1 "$@" || rc=$?
     BED_RUN_HOOK=()
     link_set port "$h" up
     link_set host "$h" up
@@ -347,7 +349,7 @@ flap() {
         fail "flap $name: $rows rows, wrong elements or no summary"
         cat "$out/rank0.out" >&2
     else
-        pass "flap $name: host $h's link down for $down_ms ms ($where), cut $(ms_since "$cut" "$BED_START_US") ms after the start; $stall; all ranks exited 0 $(ms_since "$first" "$cut")+ ms after the cut, 0 wrong (RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS, RING_TCP_CONGESTION=${FLAP_CC:-auto}, ss saw: $(flap_cc "$cutf.ss"))"
+        pass "flap $name: host $h's link down for $down_ms ms ($where), cut $(ms_since "$cut" "$BED_START_US") ms after the start; $stall; all ranks exited 0 $(ms_since "$first" "$cut")+ ms after the cut, 0 wrong (RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS, RING_TCP_CONGESTION=${FLAP_CC:-${RING_TCP_CONGESTION:-auto}}, ss saw: $(flap_cc "$cutf.ss"))"
     fi
 }
 
