@@ -1973,10 +1973,25 @@ static int scenario_mismatch(uint64_t seed)
     return 0;
 }
 
+/* silent: joins, then never calls a collective until the harness kills it (a rank that is
+ * alive but elsewhere: its peers' timeouts must say so, tests/rdma/suite.sh). */
+static int scenario_silent(uint64_t seed)
+{
+    (void)seed;
+    ring_comm_t *comm = init_comm_env();
+    wlog("joined; silent until killed");
+    for (int i = 0; i < 600; i++) {
+        struct timespec ts = {0, 500 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    ring_comm_destroy(comm);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch|relaywait|fpmode [seed]\n", argv[0]);
+        fprintf(stderr, "usage: %s matrix|float_random|special|threads|backtoback|barrier|large|errors|faults|initfail|mismatch|relaywait|fpmode|ticking|rounds|silent [seed]\n", argv[0]);
         return EXIT_SETUP;
     }
     g_scenario = argv[1];
@@ -1997,6 +2012,7 @@ int main(int argc, char **argv)
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
         {"mismatch", scenario_mismatch}, {"relaywait", scenario_relaywait},
         {"fpmode", scenario_fpmode}, {"ticking", scenario_ticking}, {"rounds", scenario_rounds},
+        {"silent", scenario_silent},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

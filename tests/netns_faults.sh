@@ -399,6 +399,11 @@ partition() { # name where host ring_perf-args...
             # own or relayed: what makes a timeout actionable.
             fail "$name: rank $i's error names no operation #N or no peer with its address"
             bad=1
+        elif ((i == h)) && ! grep -Eq "TCP (to|from) rank [0-9]+: .*(drops packets or is down|nothing received for [0-9]+ ms)" "$out/rank$i.err"; then
+            # The cut host hears no relay: its own timeout must say what TCP saw, a path that
+            # takes no packets or a peer that sent nothing (tcp_diag.h), not only whom it waited for.
+            fail "$name: rank $i, the host cut off, does not say what its TCP connections saw"
+            bad=1
         elif [[ $i == "${SLOW_RANK:-}" ]] && ! grep -q "rank 0 may be unreachable" "$out/rank$i.err"; then
             # Its partners timed out and closed; no cause could come without the root. The text
             # must say that, not leave a healthy partner's reset as the whole story.

@@ -28,9 +28,11 @@
 #include "engine.h"
 #include "internal.h"
 #include "log.h"
+#include "msgq.h"
 #include "p2p.h"
 #include "param.h"
 #include "partition.h"
+#include "tcp_diag.h"
 #include "transport.h"
 #include "watch.h"
 #include "wire.h"
@@ -332,6 +334,186 @@ Test(tcp, message_header_check_refuses_each_field_on_its_own)
     cr_assert_eq(ring__tcp_hdr_check(h, 5, 4096, &seq, &len), 3);
     ring__put32(h, 0x52474d54u);
     cr_assert_eq(ring__tcp_hdr_check(h, 5, 4096, &seq, &len), 1, "another magic");
+}
+
+/* The socket states a timeout message tells apart, from made-up TCP_INFO readings: the BBR
+ * stall is the one CI saw (docs/reliability.md, "BBR after a long outage"). */
+static ring__tcp_sock_t est(void)
+{
+    ring__tcp_sock_t s = {.known = 1, .state = 1, .have_wnd = 1, .snd_wnd = 65536, .mss = 1448, .cwnd = 10,
+                          .rtt_us = 400, .pacing_Bps = 125000000};
+    snprintf(s.cc, sizeof s.cc, "cubic");
+    return s;
+}
+
+Test(tcp, diag_kinds_from_the_kernels_readings)
+{
+    ring__tcp_sock_t s = est();
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_NONE, "nothing waits");
+    cr_assert_eq(ring__tcp_sock_kind(0, 0, &s), RING__TCPD_NONE, "no receive posted");
+    s.notsent = 1000;
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_MOVING, "a fast pace is no cause");
+    cr_assert_eq(ring__tcp_sock_kind(0, 0, &s), RING__TCPD_NONE, "the send side is not the receive view's");
+    s.snd_wnd = 1000; /* under one segment: closed to the sender */
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_WINDOW);
+    s = est();
+    s.have_wnd = 0, s.snd_wnd = 0, s.probes = 3, s.notsent = 0;
+    cr_assert_eq(ring__tcp_sock_kind(1, 4096, &s), RING__TCPD_WINDOW, "a kernel before 6.2: probes, nothing in flight");
+    s.probes = 0;
+    cr_assert_eq(ring__tcp_sock_kind(1, 4096, &s), RING__TCPD_MOVING, "no probes yet");
+    s = est();
+    s.unacked = 65536, s.retransmits = 5, s.last_ack_ms = 4004;
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_LOSS);
+    s.retransmits = 0;
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_MOVING, "in flight, no retransmission: a slow path");
+    s = est();
+    s.notsent = 435752, s.pacing_Bps = 1380, s.cwnd = 4, s.total_retrans = 31;
+    snprintf(s.cc, sizeof s.cc, "bbr");
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_PACED);
+    s.pacing_Bps = 1000000; /* the 425 KiB go within a second */
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_MOVING);
+    s = est();
+    s.last_recv_ms = 4004;
+    cr_assert_eq(ring__tcp_sock_kind(0, 56, &s), RING__TCPD_SILENT);
+    s.inq = 10;
+    cr_assert_eq(ring__tcp_sock_kind(0, 56, &s), RING__TCPD_MOVING, "bytes came and wait to be read");
+    s.inq = 0, s.last_recv_ms = 3;
+    cr_assert_eq(ring__tcp_sock_kind(0, 56, &s), RING__TCPD_MOVING);
+    s.state = 8;
+    cr_assert_eq(ring__tcp_sock_kind(0, 0, &s), RING__TCPD_STATE, "a socket not established always says so");
+    s.known = 0;
+    cr_assert_eq(ring__tcp_sock_kind(1, 100, &s), RING__TCPD_NONE, "no reading, nothing said");
+}
+
+Test(tcp, diag_clause_sums_the_sockets_and_names_the_worst)
+{
+    char b[400];
+    ring__tcp_sock_t s[2] = {est(), est()};
+    size_t q[2] = {0, 0};
+    cr_assert_eq(ring__tcp_diag_say(b, sizeof b, 1, 2, 2, q, s), 0);
+    cr_assert_str_eq(b, "");
+    s[1].notsent = 435752, s[1].pacing_Bps = 1380, s[1].cwnd = 4, s[1].total_retrans = 31;
+    snprintf(s[1].cc, sizeof s[1].cc, "bbr");
+    s[0].notsent = 1024;
+    q[0] = 2 << 20;
+    ring__tcp_diag_say(b, sizeof b, 1, 2, 2, q, s);
+    cr_log_info("%s", b);
+    cr_assert_str_eq(b, "TCP to rank 2: 2.0 MiB not yet handed to the kernel, 426.5 KiB not sent by the kernel; "
+                        "socket 1 of 2: paced at 11.0 kbit/s by bbr (cwnd 4, rtt 0.4 ms, 31 retransmissions in all): "
+                        "at that pace its 425.5 KiB need 316 s");
+    s[0].snd_wnd = 0; /* a closed window outranks the pace */
+    ring__tcp_diag_say(b, sizeof b, 1, 2, 2, q, s);
+    cr_assert(strstr(b, "; socket 0 of 2: rank 2's receive window is closed: that rank does not read"), "%s", b);
+    /* One socket: no socket number. */
+    s[0] = est();
+    s[0].unacked = 152, s[0].retransmits = 5, s[0].last_ack_ms = 4004;
+    q[0] = 0;
+    ring__tcp_diag_say(b, sizeof b, 1, 0, 1, q, s);
+    cr_assert_str_eq(b, "TCP to rank 0: 152 B unacknowledged; 5 retransmissions in a row, no ACK for 4004 ms: the path "
+                        "to rank 0 drops packets or is down");
+    s[0] = est();
+    s[0].last_recv_ms = 4004;
+    q[0] = 56;
+    ring__tcp_diag_say(b, sizeof b, 0, 3, 1, q, s);
+    cr_assert_str_eq(b, "TCP from rank 3: 56 B still to come; nothing received for 4004 ms");
+    s[0].state = 8;
+    ring__tcp_diag_say(b, sizeof b, 0, 3, 1, q, s);
+    cr_assert_str_eq(b, "TCP from rank 3: 56 B still to come; in TCP state CLOSE_WAIT (the peer closed its end)");
+    q[0] = 0;
+    ring__tcp_diag_say(b, sizeof b, 0, 3, 1, q, s);
+    cr_assert_str_eq(b, "TCP from rank 3: in TCP state CLOSE_WAIT (the peer closed its end)", "nothing pending");
+    q[0] = 56;
+    /* A short buffer is cut, never overrun. */
+    char small[24];
+    memset(small, 'x', sizeof small);
+    size_t n = ring__tcp_diag_say(small, 20, 0, 3, 1, q, s);
+    cr_assert(n < 20 && strlen(small) == n && small[20] == 'x', "%zu: %s", n, small);
+}
+
+/* The slot transports' clause (msgq.c): what is posted, then what the slots say. */
+Test(msgq, diag_clause_says_full_slots_and_silence)
+{
+    char b[400];
+    ring__mq_t q = {0};
+    int conn;
+    cr_assert_eq(ring__mq_diag_say(b, sizeof b, "shared memory", 1, 2, &q, 0, 8, NULL), 0, "nothing posted");
+    cr_assert_str_eq(b, "");
+    ring__mq_req_t *r1 = ring__mq_post(&q, &conn, b, 1 << 20, 1), *r2 = ring__mq_post(&q, &conn, b, 2 << 20, 1);
+    cr_assert(r1 && r2);
+    r1->done = 512 * 1024, r1->first = 0;
+    ring__mq_diag_say(b, sizeof b, "shared memory", 1, 2, &q, 8, 8, NULL);
+    cr_assert_str_eq(b, "shared memory to rank 2: 2.5 MiB of 2 messages still to send (message 0 first); all 8 slots "
+                        "hold pieces rank 2 has not taken: that rank does not read (stopped, busy outside ringcomm, in "
+                        "another call, or waiting for another rank first)");
+    ring__mq_diag_say(b, sizeof b, "verbs", 1, 2, &q, 0, 8, "queue pair 0 of 1 in state ERR");
+    cr_assert_str_eq(b, "verbs to rank 2: 2.5 MiB of 2 messages still to send (message 0 first); no slot in use; "
+                        "queue pair 0 of 1 in state ERR");
+    ring__mq_pop(&q);
+    ring__mq_pop(&q);
+    ring__mq_diag_say(b, sizeof b, "verbs", 1, 2, &q, 3, 8, NULL);
+    cr_assert_str_eq(b, "verbs to rank 2: 3 of 8 slots hold pieces rank 2 has not taken: that rank does not read "
+                        "(stopped, busy outside ringcomm, in another call, or waiting for another rank first)",
+                     "nothing posted, pieces not taken");
+    ring__mq_diag_say(b, sizeof b, "verbs", 1, 2, &q, 0, 8, "1 work request posted and not completed");
+    cr_assert_str_eq(b, "verbs to rank 2: 1 work request posted and not completed", "nothing posted, the device's clause");
+    cr_assert_eq(ring__mq_diag_say(b, sizeof b, "verbs", 1, 2, &q, 0, 8, NULL), 0);
+    ring__mq_free(&q);
+    ring__mq_t rq = {0};
+    cr_assert(ring__mq_post(&rq, &conn, b, 40, 0));
+    ring__mq_diag_say(b, sizeof b, "shared memory", 0, 1, &rq, 5, 8, NULL); /* in_use: the sender's only */
+    cr_assert_str_eq(b, "shared memory from rank 1: 40 B of 1 message still to come (message 0 first); nothing more has "
+                        "arrived: rank 1 sent nothing");
+    char small[16];
+    memset(small, 'x', sizeof small);
+    size_t n = ring__mq_diag_say(small, 12, "shared memory", 0, 1, &rq, 0, 8, NULL);
+    cr_assert(n < 12 && strlen(small) == n && small[12] == 'x', "%zu: %s", n, small);
+    ring__mq_free(&rq);
+}
+
+/* The readings from a real socket pair on loopback: a receiver that does not read closes its
+ * window, and the sender's reading says so. */
+Test(tcp, diag_reads_a_closed_window_from_the_kernel, .timeout = 30)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0), a = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(l >= 0 && a >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int small = 16384;
+    cr_assert_eq(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(l, 1), 0);
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+    cr_assert_eq(connect(a, (struct sockaddr *)&sa, sizeof sa), 0);
+    int b = accept(l, NULL, NULL);
+    cr_assert(b >= 0);
+    cr_assert_eq(fcntl(a, F_SETFL, O_NONBLOCK), 0);
+    ring__tcp_sock_t s;
+    ring__tcp_sock_read(a, &s);
+    cr_assert(s.known && s.state == 1 && s.cc[0] && s.mss > 0, "known %d state %d cc '%s' mss %u", s.known, s.state, s.cc,
+              s.mss);
+    cr_assert_eq(ring__tcp_sock_kind(1, 0, &s), RING__TCPD_NONE);
+    static char junk[1 << 16];
+    size_t sent = 0;
+    int kind = RING__TCPD_NONE;
+    for (int tries = 0; tries < 400 && kind != RING__TCPD_WINDOW; tries++) {
+        ssize_t w;
+        while ((w = send(a, junk, sizeof junk, MSG_NOSIGNAL)) > 0) sent += (size_t)w;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+        ring__tcp_sock_read(a, &s);
+        kind = ring__tcp_sock_kind(1, 0, &s);
+    }
+    cr_log_info("after %zu bytes: kind %d, notsent %llu, unacked %llu, window %u (have %d), probes %u", sent, kind,
+                (unsigned long long)s.notsent, (unsigned long long)s.unacked, s.snd_wnd, s.have_wnd, s.probes);
+    cr_assert_eq(kind, RING__TCPD_WINDOW, "the sender never saw the window closed");
+    cr_assert(s.notsent > 0);
+    ring__tcp_sock_t r;
+    ring__tcp_sock_read(b, &r);
+    cr_assert(r.inq > 0 && r.inq <= sent, "the receiver's unread bytes: %llu", (unsigned long long)r.inq);
+    cr_assert_eq(ring__tcp_sock_kind(0, 100, &r), RING__TCPD_MOVING, "bytes wait to be read");
+    close(a);
+    close(b);
+    close(l);
 }
 
 Test(param, secret_hex_and_string)

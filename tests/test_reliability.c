@@ -2068,6 +2068,61 @@ Test(timeout, names_the_collective_its_sequence_number_and_the_peer, .timeout = 
     }
 }
 
+/* Two ranks over `transport`; rank 0 alone makes each call, with a 1.5 s timeout; its message
+ * must hold each of the case's three strings. */
+typedef struct diag_case {
+    kind_t kind;
+    size_t count;
+    const char *want[3];
+} diag_case;
+
+static void timeouts_say(const char *transport, const diag_case *cases, size_t n)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", transport, 1);
+    for (size_t i = 0; i < n; i++) {
+        ring_comm_t *c[2];
+        group_init(c, 2, 1500);
+        call_t k = {.comm = c[0], .kind = cases[i].kind, .count = cases[i].count, .dt = RING_FLOAT32, .root = 1};
+        run_calls(&k, 1);
+        cr_log_info("%s, %s of %zu alone: %s", transport, kind_name[k.kind], k.count, k.msg);
+        cr_assert_eq(k.rc, RING_ERR_TIMEOUT, "%s: %s", ring_result_name(k.rc), k.msg);
+        for (int w = 0; w < 3; w++)
+            cr_assert(strstr(k.msg, cases[i].want[w]), "%s, %s of %zu: no \"%s\" in: %s", transport, kind_name[k.kind],
+                      k.count, cases[i].want[w], k.msg);
+        group_destroy(c, 2);
+    }
+    unsetenv("RING_TRANSPORT");
+}
+
+/* A timeout says what this rank sees of its connections (the transports' diag op). Rank 1
+ * never makes the call, so nothing reads its sockets: with a buffer larger than the socket
+ * buffers its receive window closes, and rank 0's message must say so; with a small one
+ * (recursive doubling, nothing to send once the kernel took it) the receive that waits must
+ * say that nothing came. A broadcast from rank 1 only receives. */
+Test(timeout, over_tcp_says_whether_the_peer_does_not_read_or_sends_nothing, .timeout = 120)
+{
+    const diag_case cases[] = {
+        {K_ALLREDUCE, (size_t)16 << 20, {"TCP to rank 1:", "not sent by the kernel", "rank 1's receive window is closed"}},
+        {K_ALLREDUCE, 10, {"TCP from rank 1:", "still to come", "nothing received for"}},
+        {K_BROADCAST, 100000, {"TCP from rank 1:", "still to come", "nothing received for"}},
+    };
+    timeouts_say("tcp", cases, sizeof cases / sizeof *cases);
+}
+
+/* The same over shared memory: the slots a silent rank does not empty, and the receive that
+ * nothing reaches. */
+Test(timeout, over_shared_memory_says_whether_the_peer_does_not_read_or_sends_nothing, .timeout = 120)
+{
+    const diag_case cases[] = {
+        {K_ALLGATHER, (size_t)4 << 20,
+         {"shared memory to rank 1: ", "slots hold pieces rank 1 has not taken: that rank does not read",
+          "shared memory from rank 1: "}},
+        {K_BROADCAST, 100000, {"shared memory from rank 1:", "still to come", "nothing more has arrived: rank 1 sent nothing"}},
+    };
+    timeouts_say("shm", cases, sizeof cases / sizeof *cases);
+}
+
 /* Eight ranks over TCP, recursive doubling; rank 3 never makes the call. Each rank's timeout
  * names the peer it waited for, which for most is one that waits too (rank 0 waits for rank 2,
  * which waits for rank 3). Rank 0 has every other rank's stuck report by then and names the

@@ -231,20 +231,26 @@ static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, c
     ring_comm_t *comm = s->comm;
     const char *name = ring__coll_name(s->op->coll);
     unsigned long long seq = (unsigned long long)s->op->seq;
+    /* On a timeout, what the transports see of both connections: a neighbour that does not
+     * read, a path that drops everything and one that crawls look alike from here otherwise. */
+    char st[600] = "";
+    void *conns[2] = {comm->send_right, comm->recv_left};
+    if (code == RING_ERR_TIMEOUT) ring__conns_diag(conns, 2, st, sizeof st);
     if (!got_desc)
-        return ring__seterr(comm, code, "%s #%llu %s while waiting for %s to enter the collective", name, seq, what,
-                            comm->peer_desc[0]);
+        return ring__seterr(comm, code, "%s #%llu %s while waiting for %s to enter the collective%s", name, seq, what,
+                            comm->peer_desc[0], st);
     /* A send the right neighbour has not taken is named too: a right neighbour that stopped
      * receiving stalls this rank's receives as well (their slots wait on the sends), and
      * naming only the left one would point at the wrong rank. */
     if (nr < s->nrecv && ns_posted > ns)
-        return ring__seterr(comm, code, "%s #%llu %s while waiting for message %zu of %zu from %s and for %s to take message %zu of %zu",
-                            name, seq, what, nr + 1, s->nrecv, comm->peer_desc[0], comm->peer_desc[1], ns + 1, s->nsend);
+        return ring__seterr(comm, code,
+                            "%s #%llu %s while waiting for message %zu of %zu from %s and for %s to take message %zu of %zu%s",
+                            name, seq, what, nr + 1, s->nrecv, comm->peer_desc[0], comm->peer_desc[1], ns + 1, s->nsend, st);
     if (nr < s->nrecv)
-        return ring__seterr(comm, code, "%s #%llu %s while waiting for message %zu of %zu from %s", name, seq, what,
-                            nr + 1, s->nrecv, comm->peer_desc[0]);
-    return ring__seterr(comm, code, "%s #%llu %s while sending message %zu of %zu to %s", name, seq, what, ns + 1,
-                        s->nsend, comm->peer_desc[1]);
+        return ring__seterr(comm, code, "%s #%llu %s while waiting for message %zu of %zu from %s%s", name, seq, what,
+                            nr + 1, s->nrecv, comm->peer_desc[0], st);
+    return ring__seterr(comm, code, "%s #%llu %s while sending message %zu of %zu to %s%s", name, seq, what, ns + 1,
+                        s->nsend, comm->peer_desc[1], st);
 }
 
 ring_result_t ring__engine_idle(const ring__sched_t *s, int64_t idle_ns, size_t ns_done, size_t ns_posted, size_t nr_done,

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,6 +307,36 @@ ring_result_t ring__wait_stop_error(ring_comm_t *comm, const ring__opdesc_t *op,
                         doing);
 }
 
+void ring__diag_bytes(char *b, size_t n, uint64_t v)
+{
+    if (v < 1024) snprintf(b, n, "%llu B", (unsigned long long)v);
+    else if (v < 1024 * 1024) snprintf(b, n, "%.1f KiB", (double)v / 1024);
+    else snprintf(b, n, "%.1f MiB", (double)v / (1024 * 1024));
+}
+
+void ring__diag_put(char *out, size_t len, size_t *o, const char *fmt, ...)
+{
+    if (*o + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(out + *o, len - *o, fmt, ap);
+    va_end(ap);
+    if (w > 0) *o = RING__MIN(*o + (size_t)w, len - 1);
+}
+
+void ring__conns_diag(void *const *conns, int nconns, char *text, size_t len)
+{
+    size_t t = strlen(text);
+    for (int k = 0; k < nconns && t + 3 < len; k++) {
+        const ring__transport_t *tp = conns[k] ? ring__tp_of(conns[k]) : NULL;
+        if (!tp || !tp->diag) continue;
+        char d[400];
+        d[0] = '\0';
+        tp->diag(conns[k], d, sizeof d);
+        if (d[0]) t += (size_t)snprintf(text + t, len - t, "; %s", d);
+    }
+}
+
 ring_result_t ring__wait_idle(ring_comm_t *comm, void *const *conns, int nconns, int64_t idle_ns, int *stop)
 {
     const int64_t timeout_ns = (int64_t)comm->params.timeout_ms * 1000000LL;
@@ -428,8 +459,13 @@ ring_result_t ring__p2p_run_locked(ring_comm_t *comm, ring__p2p_op_t *ops, int n
         ring__peer_desc(comm, ops[w].peer, d, sizeof d);
         if (stop == RING__WAIT_ABORTED) snprintf(why, sizeof why, "aborted by ring_comm_abort");
         else snprintf(why, sizeof why, "timed out: no progress for %d ms (RING_TIMEOUT_MS)", comm->params.timeout_ms);
-        rc = ring__seterr(comm, stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT, "%s while %s %zu bytes %s %s",
-                          why, ops[w].is_send ? "sending" : "receiving", ops[w].len, ops[w].is_send ? "to" : "from", d);
+        /* What the kernel says of the connections, where the wait ran out: a closed window, a
+         * lossy path and a crawling one look alike from here otherwise. */
+        char state[600] = "";
+        if (stop == RING__WAIT_TIMEOUT) ring__conns_diag(conns, nconn, state, sizeof state);
+        rc = ring__seterr(comm, stop == RING__WAIT_ABORTED ? RING_ERR_ABORTED : RING_ERR_TIMEOUT,
+                          "%s while %s %zu bytes %s %s%s", why, ops[w].is_send ? "sending" : "receiving", ops[w].len,
+                          ops[w].is_send ? "to" : "from", d, state);
         goto fail;
     }
 fail:

@@ -1,5 +1,6 @@
 /* The message queue and socket helpers of the slot transports (msgq.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 
@@ -117,4 +118,44 @@ ring_result_t ring__mq_no_connect(void *ctx, const ring__tp_addr_t *addr, int pe
     (void)peer;
     (void)s;
     return ring__seterr(*(ring_comm_t **)ctx, RING_ERR_INTERNAL, "connections of this transport are upgrades of TCP ones");
+}
+
+size_t ring__mq_diag_say(char *out, size_t len, const char *tp, int is_send, int peer, const ring__mq_t *q,
+                         uint64_t in_use, uint32_t nslots, const char *more)
+{
+    size_t o = 0;
+    if (!len) return 0;
+    out[0] = '\0';
+    uint64_t bytes = 0, n = 0;
+    for (const ring__mq_req_t *r = q->qh; r; r = r->next, n++) bytes += r->len - r->done;
+    if (!is_send) in_use = 0;
+    if (!n && !in_use && !(more && *more)) return 0;
+#define PUT(...) ring__diag_put(out, len, &o, __VA_ARGS__)
+    PUT("%s %s rank %d:", tp, is_send ? "to" : "from", peer);
+    const char *sep = " ";
+    if (n) {
+        char b[32];
+        ring__diag_bytes(b, sizeof b, bytes);
+        PUT(" %s of %llu message%s still %s (message %u first)", b, (unsigned long long)n, n == 1 ? "" : "s",
+            is_send ? "to send" : "to come", (unsigned)q->qh->seq);
+        sep = "; ";
+    }
+    /* Pieces written and not taken for the whole timeout: the receiver is not reading, even
+     * where this side has nothing more to send. */
+    if (in_use) {
+        if (in_use >= nslots) PUT("%sall %u slots hold pieces", sep, nslots);
+        else PUT("%s%llu of %u slots hold pieces", sep, (unsigned long long)in_use, nslots);
+        PUT(" rank %d has not taken: that rank does not read (stopped, busy outside ringcomm, in another call, "
+            "or waiting for another rank first)", peer);
+        sep = "; ";
+    } else if (n && is_send) {
+        PUT("%sno slot in use", sep);
+        sep = "; ";
+    } else if (n) {
+        PUT("%snothing more has arrived: rank %d sent nothing", sep, peer);
+        sep = "; ";
+    }
+    if (more && *more) PUT("%s%s", sep, more);
+#undef PUT
+    return o;
 }

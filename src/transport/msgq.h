@@ -53,6 +53,17 @@ void ring__mq_free(ring__mq_t *q);
 ring_result_t ring__mq_check_piece(ring_comm_t *comm, const char *tp, const char *desc, const ring__mq_req_t *r,
                                    uint32_t seq, uint64_t msg_len, uint64_t off);
 
+/*
+ * The diag clause (transport.h) of a slot transport's connection: what is still posted on it,
+ * then what the slots say, e.g. "shared memory to rank 2: 3.0 MiB of 2 messages still to send
+ * (message 5 first); all 8 slots hold pieces rank 2 has not taken: that rank does not read
+ * (...)". in_use: the sender's slots written and not yet freed by the receiver. more: the
+ * transport's own clause (the verbs queue pairs), or NULL. "" where nothing is posted and
+ * more is empty.
+ */
+size_t ring__mq_diag_say(char *out, size_t len, const char *tp, int is_send, int peer, const ring__mq_t *q,
+                         uint64_t in_use, uint32_t nslots, const char *more);
+
 /* Move msg[*io, len) on a non-blocking socket. 1: all moved, 0: not yet, -1: error (errno;
  * ECONNRESET for an orderly close). */
 int ring__mq_io(int fd, unsigned char *msg, size_t len, size_t *io, int is_write);

@@ -1600,6 +1600,45 @@ static void rdma_close(void *vc)
     conn_destroy(c);
 }
 
+static const char *qps_name(enum ibv_qp_state st)
+{
+    switch (st) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_ERR: return "ERR";
+    default: return "?";
+    }
+}
+
+/* Besides the slots (msgq.c): queue pairs out of their working state, and writes the device
+ * has not completed, which on a reliable connection means it is still retrying them. */
+static void rdma_diag(void *vc, char *out, size_t len)
+{
+    rdma_conn *c = vc;
+    char more[256] = "";
+    size_t o = 0;
+    int out_wr = 0;
+    for (int i = 0; i < c->nqp; i++) {
+        out_wr += c->sq_out[i];
+        struct ibv_qp_attr a;
+        struct ibv_qp_init_attr ia;
+        if (!c->qp[i] || ibv_query_qp(c->qp[i], &a, IBV_QP_STATE, &ia) != 0 || a.qp_state == IBV_QPS_RTS) continue;
+        if (o < sizeof more)
+            o += (size_t)snprintf(more + o, sizeof more - o, "%squeue pair %d of %d in state %s", o ? ", " : "", i,
+                                  c->nqp, qps_name(a.qp_state));
+    }
+    if (out_wr && o < sizeof more)
+        snprintf(more + o, sizeof more - o,
+                 "%s%d work request%s posted and not completed by the device (a reliable connection retries what "
+                 "the peer does not acknowledge: the path to rank %d may be down)", o ? "; " : "", out_wr, out_wr == 1 ? "" : "s", c->peer);
+    ring__mq_diag_say(out, len, "verbs", c->is_send, c->peer, &c->q, c->is_send ? c->next - c->freed : 0, c->nslots,
+                      more);
+}
+
 const ring__transport_t ring__rdma_transport = {
     .name = "rdma",
     .init = rdma_init,
@@ -1620,4 +1659,5 @@ const ring__transport_t ring__rdma_transport = {
     .zc_release = rdma_zc_release,
     .upgrade = rdma_upgrade,
     .upgrade_pollfds = rdma_upgrade_pollfds,
+    .diag = rdma_diag,
 };

@@ -864,6 +864,15 @@ int ring__shm_sweep(const char *dir)
     return removed;
 }
 
+static void shm_diag(void *vc, char *out, size_t len)
+{
+    shm_conn *c = vc;
+    /* The tail as the receiver last wrote it, not as this side last looked: fresh for the report. */
+    uint64_t in_use = c->is_send ? c->next - atomic_load_explicit(&c->ctl->tail, memory_order_acquire) : 0;
+    ring__mq_diag_say(out, len, "shared memory", c->is_send, c->peer, &c->q, in_use, c->nslots,
+                      c->peer_closed ? "its process closed the connection's socket" : NULL);
+}
+
 const ring__transport_t ring__shm_transport = {
     .name = "shm",
     .mismatch_prefix = RING__DESC_LEN,
@@ -883,4 +892,5 @@ const ring__transport_t ring__shm_transport = {
     .zc_release = shm_zc_release,
     .upgrade = shm_upgrade,
     .upgrade_pollfds = shm_upgrade_pollfds,
+    .diag = shm_diag,
 };

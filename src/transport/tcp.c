@@ -52,6 +52,7 @@
 #include "wire.h"
 #include "net.h"
 #include "param.h"
+#include "tcp_diag.h"
 #include "topo.h"
 #include "transport.h"
 
@@ -1205,6 +1206,24 @@ static void tcp_close(void *vc)
     free(c);
 }
 
+static void tcp_diag(void *vc, char *out, size_t len)
+{
+    tcp_conn *c = vc;
+    size_t queued[RING__MAX_NSOCKS];
+    ring__tcp_sock_t socks[RING__MAX_NSOCKS];
+    for (int i = 0; i < c->nsocks; i++) {
+        const sockq *q = &c->q[i];
+        queued[i] = 0;
+        /* Payload only, as the slot transports count: the 16-byte headers are the wire's. */
+        for (size_t j = 0; j < q->count; j++) {
+            const op *o = &q->ops[(q->head + j) % q->cap];
+            if (!o->is_hdr) queued[i] += o->len - o->done;
+        }
+        ring__tcp_sock_read(q->fd, &socks[i]);
+    }
+    ring__tcp_diag_say(out, len, c->is_send, c->peer, c->nsocks, queued, socks);
+}
+
 int ring__tcp_conn_fd(void *vc)
 {
     tcp_conn *c = vc;
@@ -1240,4 +1259,5 @@ const ring__transport_t ring__tcp_transport = {
     .pollfds = tcp_pollfds,
     .check = tcp_check,
     .close = tcp_close,
+    .diag = tcp_diag,
 };

@@ -134,7 +134,22 @@ typedef struct ring__transport {
     ring_result_t (*upgrade)(void *ctx, void *base, int peer, int is_send, void **conn);
     /* Descriptors to poll while upgrades are pending. */
     int (*upgrade_pollfds)(void *ctx, struct pollfd *fds, int max);
+
+    /*
+     * Optional: for a wait that timed out on conn, one clause on where its bytes stand and
+     * why they do not move, as far as this side can see ("TCP to rank 2: 425.5 KiB not sent
+     * by the kernel; socket 1 of 2: paced at 11.0 kbit/s by bbr ..."), or "" where nothing is
+     * held up. Never blocks, never fails, changes nothing.
+     */
+    void (*diag)(void *conn, char *out, size_t len);
 } ring__transport_t;
+
+/* The diag clauses of conns, each after "; ", appended to text (of size len). */
+void ring__conns_diag(void *const *conns, int nconns, char *text, size_t len);
+/* A byte count as diag clauses write it: "56 B", "425.5 KiB", "2.0 MiB". */
+void ring__diag_bytes(char *out, size_t len, uint64_t v);
+/* Appends to out (of size len) at *o, which grows by what was written; never past len - 1. */
+void ring__diag_put(char *out, size_t len, size_t *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static inline const ring__transport_t *ring__tp_of(void *conn) { return ((ring__conn_t *)conn)->tp; }
 

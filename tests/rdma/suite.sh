@@ -34,6 +34,8 @@
 #   7. gdr: device buffers over verbs on the emulated GPU (cuda_coll_check --emulate): with
 #      GPUDirect RDMA (src/cuda/gdr.c; the emulated GPU's memory registered with ibv_reg_mr),
 #      mixed with host-buffer ranks, and staged (RING_IB_GDR=0); every result checked.
+#   8. silent: a rank that joins and never calls; its peer's timeout must say that the silent
+#      rank takes nothing from the verbs slots and sends nothing, not only whom it waited for.
 # A raw-verbs ping-pong over rxe0 runs first, so that a broken bed is not mistaken for a
 # library bug. BUILD_DIR may be a sanitizer build (./test.sh runs build-asan/ too): hand the
 # guest ASAN_OPTIONS etc. (RDMA_VM_PASSENV); a rank with a report exits non-zero, and that
@@ -50,7 +52,7 @@
 #                         e.g. "matrix_n1 float_random_*"                          (none)
 #   RING_VM_STAGE_TIMEOUT seconds per stage before it is killed and fails         (600)
 #   RING_VM_STAGES        only these stages, e.g. "faults handshake" (smoke collectives
-#                         faults handshake mixed qps credits gdr)                    (all)
+#                         faults handshake mixed qps credits gdr silent)             (all)
 #   RING_TEST_SEED        perturbs every seed (as for meson test)
 # Exit status: 0 every stage passed, 1 a stage failed, 2 usage or a missing build.
 set -euo pipefail
@@ -463,6 +465,46 @@ gdr() {
 if [ "$transport" = rdma ] && want gdr; then
   stage "device buffers over verbs: GPUDirect RDMA (N = 3), mixed with host ranks (N = 4), staged (N = 2)" \
     "$stage_timeout" gdr
+fi
+
+# A rank that joins and then never calls (mp_worker silent) while its peer runs a 16 MiB
+# all-reduce with an 8 s timeout: the peer's timeout must say what its connections saw, that the
+# silent rank takes nothing (its slots stay written: verbs to rank 1) and sends nothing (verbs
+# from rank 1), not only whom it waited for (the transports' diag op, src/transport/msgq.c).
+# shellcheck disable=SC2317  # called through stage
+silent_peer() {
+  local d=$tmp/silent w=$build/tests/mp_worker port secret spid line rc=0 tp
+  case $transport in rdma) tp=verbs ;; shm) tp="shared memory" ;; *) tp=TCP ;; esac
+  mkdir -p "$d"
+  port=$((20000 + RANDOM % 10000))
+  secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  env RING_RANK=1 RING_NRANKS=2 RING_ROOT="127.0.0.1:$port" RING_SECRET="$secret" RING_TRANSPORT="$transport" \
+    RING_TEST_OUTDIR="$d" RING_TIMEOUT_MS=60000 timeout -k 5 300 "$w" silent > "$d/log.1" 2>&1 &
+  spid=$!
+  env RING_RANK=0 RING_NRANKS=2 RING_ROOT="127.0.0.1:$port" RING_SECRET="$secret" RING_TRANSPORT="$transport" \
+    RING_TEST_OUTDIR="$d" RING_TIMEOUT_MS=8000 RING_TEST_COUNT=4194304 timeout -k 5 120 "$w" mismatch \
+    > "$d/log.0" 2>&1 || { echo "suite: rank 0 exited $?"; rc=1; }
+  kill "$spid" 2>/dev/null || true
+  wait "$spid" 2>/dev/null || true
+  line=$(cat "$d/err.0" 2>/dev/null || echo "(no err.0)")
+  echo "suite: rank 0: $line"
+  case $line in RING_ERR_TIMEOUT*) ;; *) echo "suite: rank 0 did not time out"; rc=1 ;; esac
+  case $line in
+    *"$tp to rank 1: "*"slots hold pieces rank 1 has not taken: that rank does not read"*) ;;
+    *) echo "suite: rank 0's timeout does not say that rank 1 left its $tp slots full"; rc=1 ;;
+  esac
+  case $line in
+    *"$tp from rank 1: "*"rank 1 sent nothing"*) ;;
+    *) echo "suite: rank 0's timeout does not say that nothing came from rank 1"; rc=1 ;;
+  esac
+  if [ "$rc" -ne 0 ]; then
+    for r in 0 1; do echo "suite: ---- rank $r's output:"; tail -n 20 "$d/log.$r"; done
+  fi
+  return "$rc"
+}
+if [ "$transport" = rdma ] && want silent; then
+  stage "a silent peer: the timeout says rank 1 takes nothing from the verbs slots and sends nothing (N = 2, 16 MiB)" \
+    "$stage_timeout" silent_peer
 fi
 
 if [ ${#why_failed[@]} -gt 0 ]; then
