@@ -470,6 +470,24 @@ Test(msgq, diag_clause_says_full_slots_and_silence)
     ring__mq_free(&rq);
 }
 
+/* A relay keeps whole clauses of a timeout (watch.c's on_fail). */
+Test(tcp, diag_cut_keeps_whole_clauses)
+{
+    const char *t = "allreduce #3 timed out while waiting; TCP to rank 1: 2.0 MiB; TCP from rank 1: nothing";
+    size_t n = strlen(t);
+    cr_assert_eq(ring__diag_cut(t, n), n, "it fits");
+    cr_assert_eq(ring__diag_cut(t, 500), n);
+    size_t second = (size_t)(strstr(t, "; TCP from") - t), first = (size_t)(strstr(t, "; TCP to") - t);
+    cr_assert_eq(ring__diag_cut(t, n - 1), second, "the last clause dropped whole");
+    cr_assert_eq(ring__diag_cut(t, second + 1), second, "a cut just past a boundary");
+    cr_assert_eq(ring__diag_cut(t, second), second, "exactly up to a boundary");
+    cr_assert_eq(ring__diag_cut(t, second - 1), first, "one short of it: the clause before goes too");
+    cr_assert_eq(ring__diag_cut(t, 10), 10, "no boundary within max: max");
+    cr_assert_eq(ring__diag_cut(t, 1), 1);
+    cr_assert_eq(ring__diag_cut(t, 0), 0);
+    cr_assert_eq(ring__diag_cut("", 0), 0);
+}
+
 /* The readings from a real socket pair on loopback: a receiver that does not read closes its
  * window, and the sender's reading says so. */
 Test(tcp, diag_reads_a_closed_window_from_the_kernel, .timeout = 30)

@@ -324,6 +324,16 @@ void ring__diag_put(char *out, size_t len, size_t *o, const char *fmt, ...)
     if (w > 0) *o = RING__MIN(*o + (size_t)w, len - 1);
 }
 
+size_t ring__diag_cut(const char *text, size_t max)
+{
+    size_t n = strnlen(text, max + 1);
+    if (n <= max || max < 2) return RING__MIN(n, max);
+    /* text[max] exists (n > max), and text[max + 1] at worst is its terminator. */
+    for (size_t i = max + 1; i > 0; i--)
+        if (text[i - 1] == ';' && text[i] == ' ') return i - 1;
+    return max;
+}
+
 void ring__conns_diag(void *const *conns, int nconns, char *text, size_t len)
 {
     size_t t = strlen(text);

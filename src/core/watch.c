@@ -52,6 +52,7 @@
 #include "log.h"
 #include "net.h"
 #include "param.h"
+#include "transport.h"
 #include "watch.h"
 #include "wire.h"
 
@@ -250,8 +251,10 @@ static void on_fail(ring_comm_t *comm, int from, uint32_t code, const char *text
     }
     char msg[RING__ERRMSG_MAX], h[96];
     host_of(comm, from, h, sizeof h);
-    /* Room for the hint within what a relay carries (RING__NOTICE_TEXT_MAX). */
-    snprintf(msg, sizeof msg, "rank %d (%s) failed: %.*s", from, h, code == RING_ERR_TIMEOUT ? 560 : 700, text);
+    /* Room for the hint within what a relay carries (RING__NOTICE_TEXT_MAX); a timeout's
+     * transport clauses are dropped whole where they do not fit. */
+    const size_t room = code == RING_ERR_TIMEOUT ? 560 : 700, keep = ring__diag_cut(text, room);
+    snprintf(msg, sizeof msg, "rank %d (%s) failed: %.*s%s", from, h, (int)keep, text, text[keep] ? " (...)" : "");
     if (code == RING_ERR_TIMEOUT && !garbage) ring__watch_stuck_hint(comm, from, msg, sizeof msg);
     fail_relayed(comm, (ring_result_t)code, msg, from, wire_code((ring_result_t)code), garbage ? -1 : from);
 }

@@ -1627,14 +1627,14 @@ static void rdma_diag(void *vc, char *out, size_t len)
         struct ibv_qp_attr a;
         struct ibv_qp_init_attr ia;
         if (!c->qp[i] || ibv_query_qp(c->qp[i], &a, IBV_QP_STATE, &ia) != 0 || a.qp_state == IBV_QPS_RTS) continue;
-        if (o < sizeof more)
-            o += (size_t)snprintf(more + o, sizeof more - o, "%squeue pair %d of %d in state %s", o ? ", " : "", i,
-                                  c->nqp, qps_name(a.qp_state));
+        ring__diag_put(more, sizeof more, &o, "%squeue pair %d of %d in state %s", o ? ", " : "", i, c->nqp,
+                       qps_name(a.qp_state));
     }
-    if (out_wr && o < sizeof more)
-        snprintf(more + o, sizeof more - o,
-                 "%s%d work request%s posted and not completed by the device (a reliable connection retries what "
-                 "the peer does not acknowledge: the path to rank %d may be down)", o ? "; " : "", out_wr, out_wr == 1 ? "" : "s", c->peer);
+    if (out_wr)
+        ring__diag_put(more, sizeof more, &o,
+                       "%s%d work request%s posted and not completed by the device (a reliable connection retries "
+                       "what the peer does not acknowledge: the path to rank %d may be down)",
+                       o ? "; " : "", out_wr, out_wr == 1 ? "" : "s", c->peer);
     ring__mq_diag_say(out, len, "verbs", c->is_send, c->peer, &c->q, c->is_send ? c->next - c->freed : 0, c->nslots,
                       more);
 }

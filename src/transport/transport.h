@@ -148,6 +148,10 @@ typedef struct ring__transport {
 void ring__conns_diag(void *const *conns, int nconns, char *text, size_t len);
 /* A byte count as diag clauses write it: "56 B", "425.5 KiB", "2.0 MiB". */
 void ring__diag_bytes(char *out, size_t len, uint64_t v);
+/* How much of text to keep within max bytes: all of it if it fits, else up to the last "; "
+ * (where diag clauses start) within max, so that what follows a cut copy (a relay's hint)
+ * does not follow half a clause; max where there is none. */
+size_t ring__diag_cut(const char *text, size_t max);
 /* Appends to out (of size len) at *o, which grows by what was written; never past len - 1. */
 void ring__diag_put(char *out, size_t len, size_t *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
