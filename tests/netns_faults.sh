@@ -310,12 +310,13 @@ link_set() { # where host up|down
 # run must end as if nothing happened (every rank exits 0, 0 wrong).
 flap() {
     local name=$1 where=$2 h=$3 down_ms=$4 out=$BED_DIR/flap-$1 cutf=$BED_DIR/cut-flap-$1 rc=0 cut up resumed stall rows i first=""
+    local cc=${FLAP_CC:-${RING_TCP_CONGESTION:-auto}}
     want "flap $name" || return 0
     shift 4
     BED_PORT=$port port=$((port + 1))
     BED_RUN_HOOK=(cut_link "$where" "$h" "$cutf" "$down_ms")
     rm -f "$cutf" "$cutf.up" "$cutf.resumed" "$cutf.ss"
-    RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS RING_TCP_CONGESTION=${FLAP_CC:-${RING_TCP_CONGESTION:-auto}} bed_run "$out" 90 "$ring_perf" --no-probe -c 1 "$@" || rc=$?
+    RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS RING_TCP_CONGESTION=$cc bed_run "$out" 90 "$ring_perf" --no-probe -c 1 "$@" || rc=$?
     BED_RUN_HOOK=()
     link_set port "$h" up
     link_set host "$h" up
@@ -349,7 +350,7 @@ flap() {
         fail "flap $name: $rows rows, wrong elements or no summary"
         cat "$out/rank0.out" >&2
     else
-        pass "flap $name: host $h's link down for $down_ms ms ($where), cut $(ms_since "$cut" "$BED_START_US") ms after the start; $stall; all ranks exited 0 $(ms_since "$first" "$cut")+ ms after the cut, 0 wrong (RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS, RING_TCP_CONGESTION=${FLAP_CC:-${RING_TCP_CONGESTION:-auto}}, ss saw: $(flap_cc "$cutf.ss"))"
+        pass "flap $name: host $h's link down for $down_ms ms ($where), cut $(ms_since "$cut" "$BED_START_US") ms after the start; $stall; all ranks exited 0 $(ms_since "$first" "$cut")+ ms after the cut, 0 wrong (RING_TIMEOUT_MS=$FLAP_TIMEOUT_MS, RING_TCP_CONGESTION=$cc, ss saw: $(flap_cc "$cutf.ss"))"
     fi
 }
 

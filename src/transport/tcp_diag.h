@@ -54,8 +54,8 @@ int ring__tcp_sock_kind(int is_send, size_t queued, const ring__tcp_sock_t *s);
  * sent by the kernel; socket 1 of 2: paced at 11.0 kbit/s by bbr (cwnd 4, rtt 0.4 ms, 31
  * retransmissions in all): at that pace its 425.5 KiB need 316 s": the amounts summed over
  * the sockets that hold something up, then the cause on the one whose kind ranks highest
- * (no socket number where the bundle has one). queued[i]: this rank's bytes on socket i. Writes "" where no socket
- * holds anything up. Returns the length written.
+ * (no socket number where the bundle has one). queued[i]: this rank's payload bytes on socket
+ * i. Writes "" where no socket holds anything up. Returns the length written.
  */
 size_t ring__tcp_diag_say(char *out, size_t len, int is_send, int peer, int nsocks, const size_t *queued,
                           const ring__tcp_sock_t *socks);

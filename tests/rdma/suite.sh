@@ -478,11 +478,10 @@ silent_peer() {
   mkdir -p "$d"
   port=$((20000 + RANDOM % 10000))
   secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-  env RING_RANK=1 RING_NRANKS=2 RING_ROOT="127.0.0.1:$port" RING_SECRET="$secret" RING_TRANSPORT="$transport" \
-    RING_TEST_OUTDIR="$d" RING_TIMEOUT_MS=60000 timeout -k 5 300 "$w" silent > "$d/log.1" 2>&1 &
+  local job=(RING_NRANKS=2 RING_ROOT="127.0.0.1:$port" RING_SECRET="$secret" RING_TRANSPORT="$transport" RING_TEST_OUTDIR="$d")
+  env "${job[@]}" RING_RANK=1 RING_TIMEOUT_MS=60000 timeout -k 5 300 "$w" silent > "$d/log.1" 2>&1 &
   spid=$!
-  env RING_RANK=0 RING_NRANKS=2 RING_ROOT="127.0.0.1:$port" RING_SECRET="$secret" RING_TRANSPORT="$transport" \
-    RING_TEST_OUTDIR="$d" RING_TIMEOUT_MS=8000 RING_TEST_COUNT=4194304 timeout -k 5 120 "$w" mismatch \
+  env "${job[@]}" RING_RANK=0 RING_TIMEOUT_MS=8000 RING_TEST_COUNT=4194304 timeout -k 5 120 "$w" mismatch \
     > "$d/log.0" 2>&1 || { echo "suite: rank 0 exited $?"; rc=1; }
   kill "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
