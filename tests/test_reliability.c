@@ -2123,6 +2123,29 @@ Test(timeout, over_shared_memory_says_whether_the_peer_does_not_read_or_sends_no
     timeouts_say("shm", cases, sizeof cases / sizeof *cases);
 }
 
+/* Before its left neighbour's descriptor, a rank whose own segments its right neighbour does
+ * not take names both: 3 ranks over TCP with 16 KiB socket buffers (so that a send stays
+ * unfinished in this rank), only rank 1 calls a 16 MiB-per-rank all-gather: rank 0 never sends
+ * and rank 2 never reads. It used to name rank 0 alone. */
+Test(timeout, before_the_left_descriptor_a_right_neighbour_that_does_not_take_is_named, .timeout = 60)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    setenv("RING_SOCKBUF_BYTES", "16K", 1);
+    setenv("RING_CHUNK_BYTES", "64K", 1);
+    ring_comm_t *c[3];
+    group_init(c, 3, 1500);
+    call_t k = {.comm = c[1], .kind = K_ALLGATHER, .count = (size_t)4 << 20, .dt = RING_FLOAT32};
+    run_calls(&k, 1);
+    cr_log_info("rank 1: %s", k.msg);
+    cr_assert_eq(k.rc, RING_ERR_TIMEOUT, "%s: %s", ring_result_name(k.rc), k.msg);
+    cr_assert(strstr(k.msg, "waiting for rank 0 (") && strstr(k.msg, "to enter the collective and for rank 2 (") &&
+                  strstr(k.msg, "to take message 1 of"),
+              "%s", k.msg);
+    group_destroy(c, 3);
+    clear_env();
+}
+
 /* Eight ranks over TCP, recursive doubling; rank 3 never makes the call. Each rank's timeout
  * names the peer it waited for, which for most is one that waits too (rank 0 waits for rank 2,
  * which waits for rank 3). Rank 0 has every other rank's stuck report by then and names the

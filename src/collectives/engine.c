@@ -236,12 +236,19 @@ static ring_result_t waiting_error(const ring__sched_t *s, ring_result_t code, c
     char st[600] = "";
     void *conns[2] = {comm->send_right, comm->recv_left};
     if (code == RING_ERR_TIMEOUT) ring__conns_diag(conns, 2, st, sizeof st);
+    /* A send the right neighbour has not taken is named too: a right neighbour that stopped
+     * receiving stalls this rank's receives as well (their slots wait on the sends), and
+     * naming only the left one would point at the wrong rank. That holds before the left
+     * neighbour's descriptor, too: this rank's own segments go out before it, and a rank one
+     * call ahead of its left neighbour (which waits on the stopped rank through the ring) saw
+     * only its left neighbour named (cuda-coll-emulated-stalled-receiver, once). */
+    const int right_owes = ns_posted > ns && comm->right != comm->left;
+    if (!got_desc && right_owes)
+        return ring__seterr(comm, code, "%s #%llu %s while waiting for %s to enter the collective and for %s to take message %zu of %zu%s",
+                            name, seq, what, comm->peer_desc[0], comm->peer_desc[1], ns + 1, s->nsend, st);
     if (!got_desc)
         return ring__seterr(comm, code, "%s #%llu %s while waiting for %s to enter the collective%s", name, seq, what,
                             comm->peer_desc[0], st);
-    /* A send the right neighbour has not taken is named too: a right neighbour that stopped
-     * receiving stalls this rank's receives as well (their slots wait on the sends), and
-     * naming only the left one would point at the wrong rank. */
     if (nr < s->nrecv && ns_posted > ns)
         return ring__seterr(comm, code,
                             "%s #%llu %s while waiting for message %zu of %zu from %s and for %s to take message %zu of %zu%s",
