@@ -12,7 +12,7 @@
  *
  * Exit status: 0 all checks passed; 1 a check failed; 2 the library returned an unexpected
  * error; 3 bad usage or setup; 77 rank 0 could not bind the root port (the harness retries
- * with another port).
+ * with another port), or, in "rebuild", the survivors' rank 0 its second root port.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -1051,6 +1051,37 @@ static void write_err(int64_t t_err, ring_result_t rc, const char *msg)
 }
 
 /*
+ * Random collectives (random kind and size, float buffers a and b of 2^20 * nranks elements)
+ * until one fails or 30 s pass; *done counts the calls made. Results are not checked: these
+ * calls are there for a rank to die in the middle of.
+ */
+static ring_result_t until_error(ring_comm_t *comm, rng_t *r, float *a, float *b, long *done)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, 4099, 65536, 1 << 20};
+    double t0 = now_s();
+    ring_result_t rc = RING_OK;
+    while (rc == RING_OK && now_s() - t0 < 30) {
+        size_t cnt = sizes[rng_below(r, sizeof sizes / sizeof *sizes)];
+        uint64_t kind = rng_below(r, 6);
+        cnt = bound_count(cnt, sizeof *a, kind == 2 || kind == 3 ? (size_t)g_nranks : 1);
+        switch (kind) {
+        case 0:
+        case 1: rc = ring_allreduce(comm, a, b, cnt, RING_FLOAT32, RING_SUM); break;
+        case 2: rc = ring_reduce_scatter(comm, a, b, cnt, RING_FLOAT32, RING_MAX); break;
+        case 3: rc = ring_allgather(comm, a, b, cnt, RING_FLOAT32); break;
+        case 4: rc = ring_broadcast(comm, a, cnt, RING_FLOAT32, (int)rng_below(r, (uint64_t)g_nranks)); break;
+        default: {
+            ring_request_t *q = NULL;
+            rc = ring_allreduce_async(comm, a, b, cnt, RING_FLOAT32, RING_MIN, &q);
+            if (rc == RING_OK) rc = ring_wait(q);
+        }
+        }
+        (*done)++;
+    }
+    return rc;
+}
+
+/*
  * Every rank runs random collectives (random kind, size, dtype) until one fails; the victim
  * (chosen by the seed) is killed from a thread at a random time, so the death lands at any
  * point of any collective. A survivor writes err.<rank> (write_err) for its first error,
@@ -1075,7 +1106,6 @@ static int scenario_faults(uint64_t seed)
         ring_comm_destroy(comm);
         return 0;
     }
-    static const size_t sizes[] = {0, 1, 7, 1000, 4099, 65536, 1 << 20};
     size_t maxcount = ((size_t)1 << 20) * (size_t)g_nranks;
     float *a = calloc(maxcount, sizeof *a), *b = calloc(maxcount, sizeof *b);
     if (!a || !b) return EXIT_SETUP;
@@ -1083,27 +1113,8 @@ static int scenario_faults(uint64_t seed)
         pthread_t t;
         if (pthread_create(&t, NULL, killer_main, NULL) != 0) return EXIT_SETUP;
     }
-    double t0 = now_s();
-    ring_result_t rc = RING_OK;
     long done = 0;
-    while (rc == RING_OK && now_s() - t0 < 30) {
-        size_t cnt = sizes[rng_below(&r, sizeof sizes / sizeof *sizes)];
-        uint64_t kind = rng_below(&r, 6);
-        cnt = bound_count(cnt, sizeof *a, kind == 2 || kind == 3 ? (size_t)g_nranks : 1);
-        switch (kind) {
-        case 0:
-        case 1: rc = ring_allreduce(comm, a, b, cnt, RING_FLOAT32, RING_SUM); break;
-        case 2: rc = ring_reduce_scatter(comm, a, b, cnt, RING_FLOAT32, RING_MAX); break;
-        case 3: rc = ring_allgather(comm, a, b, cnt, RING_FLOAT32); break;
-        case 4: rc = ring_broadcast(comm, a, cnt, RING_FLOAT32, (int)rng_below(&r, (uint64_t)g_nranks)); break;
-        default: {
-            ring_request_t *q = NULL;
-            rc = ring_allreduce_async(comm, a, b, cnt, RING_FLOAT32, RING_MIN, &q);
-            if (rc == RING_OK) rc = ring_wait(q);
-        }
-        }
-        done++;
-    }
+    ring_result_t rc = until_error(comm, &r, a, b, &done);
     int64_t t_err = mono_ns();
     if (rc == RING_OK) {
         wlog("no error after %ld collectives in 30 s although rank %d was killed after %ld us", done, victim,
@@ -1137,6 +1148,87 @@ static int scenario_faults(uint64_t seed)
     free(a);
     free(b);
     write_checked(done);
+    return 0;
+}
+
+/* ---- rebuild: the survivors of a death make a smaller communicator and go on ---- */
+
+/*
+ * What a job that outlives a rank does (an elastic launcher going on without the lost node, a
+ * retry with the ranks that are left): as in "faults", a random victim is killed at a random
+ * moment of random collectives. Each survivor takes its error, aborts the failed communicator
+ * (odd seeds) or not, destroys it, then makes a new one of the nranks - 1 survivors, numbered
+ * in the old order without the victim, whose rank 0 listens on a second root port
+ * (RING_TEST_ROOT2: the old rank 0 may be the one that died), and runs 150 random collectives
+ * on it, every result checked. The failed communicator must leave nothing the new one trips
+ * over (its sockets and ports, shared-memory segments, threads, the library's list of live
+ * communicators), and once the new one is destroyed too, no descriptor or thread at all.
+ */
+static int scenario_rebuild(uint64_t seed)
+{
+    rng_t r = rng_make(seed, 31);
+    int victim = (int)rng_below(&r, (uint64_t)g_nranks);
+    g_kill_after_us = 20000 + (long)rng_below(&r, 300000);
+    const char *root2 = getenv("RING_TEST_ROOT2");
+    if (!root2 || !*root2) {
+        wlog("RING_TEST_ROOT2 is not set");
+        return EXIT_SETUP;
+    }
+    soak_t before = soak_sample();
+    ring_comm_t *comm = NULL;
+    ring_result_t rc = ring_comm_init_env(&comm);
+    long done = 0;
+    float *a = NULL, *b = NULL;
+    if (rc == RING_OK) {
+        size_t maxcount = ((size_t)1 << 20) * (size_t)g_nranks;
+        a = calloc(maxcount, sizeof *a);
+        b = calloc(maxcount, sizeof *b);
+        pthread_t t;
+        if (!a || !b || (g_rank == victim && pthread_create(&t, NULL, killer_main, NULL) != 0)) return EXIT_SETUP;
+        rc = until_error(comm, &r, a, b, &done);
+        if (rc == RING_OK) {
+            wlog("no error after %ld collectives in 30 s although rank %d was killed", done, victim);
+            return EXIT_CHECK;
+        }
+    } else if (g_rank == 0 && rc == RING_ERR_SYSTEM && strstr(ring_comm_last_error(comm), "in use")) {
+        exit(EXIT_PORT_IN_USE);
+    }
+    /* A rank still in init when the victim died fails there, naming it: also a survivor. */
+    write_err(mono_ns(), rc, ring_comm_last_error(comm));
+    if (seed & 1) ring_comm_abort(comm);
+    ring_comm_destroy(comm);
+    free(a);
+    free(b);
+
+    int nr = g_nranks - 1, rr = g_rank - (g_rank > victim);
+    ring_comm_t *c2 = NULL;
+    rc = ring_comm_init(&c2, nr, rr, nr > 1 ? root2 : NULL);
+    if (rc != RING_OK) {
+        const char *m = ring_comm_last_error(c2);
+        wlog("the survivors' communicator (rank %d of %d): init: %s: %s", rr, nr, ring_result_name(rc), m ? m : "");
+        int in_use = rr == 0 && rc == RING_ERR_SYSTEM && m && strstr(m, "in use");
+        ring_comm_destroy(c2);
+        return in_use ? EXIT_PORT_IN_USE : EXIT_LIB;
+    }
+    ctx_t c = make_ctx(c2, seed ^ 0x5eb11d, "rebuilt: ");
+    c.rank = rr;
+    c.n = nr;
+    const size_t nops = 150;
+    op_t *ops = mixed_schedule(nr, seed, 41, nops, 20000);
+    rng_t sched = rng_make(seed, 42);
+    run_ops(&c, ops, nops, &sched);
+    long checked = c.checked;
+    int res = finish(&c, "rebuild");
+    free(ops);
+    if (res) return res;
+    soak_t after = soak_sample();
+    int log_fd = getenv("RING_DEBUG") && getenv("RING_DEBUG_FILE") ? 1 : 0;
+    if (after.fds > before.fds + log_fd || after.threads > before.threads + SOAK_SANITIZED) {
+        wlog("both communicators destroyed: %d fds and %ld threads, %d and %ld before the first init", after.fds,
+             after.threads, before.fds, before.threads);
+        return EXIT_CHECK;
+    }
+    write_checked(checked);
     return 0;
 }
 
@@ -2012,7 +2104,7 @@ int main(int argc, char **argv)
         {"errors", scenario_errors}, {"faults", scenario_faults}, {"initfail", scenario_initfail},
         {"mismatch", scenario_mismatch}, {"relaywait", scenario_relaywait},
         {"fpmode", scenario_fpmode}, {"ticking", scenario_ticking}, {"rounds", scenario_rounds},
-        {"silent", scenario_silent},
+        {"silent", scenario_silent}, {"rebuild", scenario_rebuild},
     };
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) return scenarios[i].fn(seed);

@@ -302,7 +302,9 @@ static void run_job_once(const job_t *job, job_result_t *res)
             alive--;
             int bad = !WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != 0;
             if (bad && !fail_at) fail_at = now_s();
-            if (r == 0 && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == EXIT_PORT_IN_USE) res->port_in_use = 1;
+            /* Rank 0 of the job's communicator, or of a second one a scenario makes (another rank
+             * may be its rank 0: "rebuild"). */
+            if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == EXIT_PORT_IN_USE) res->port_in_use = 1;
         }
         if (!alive) break;
         double t = now_s();
@@ -636,11 +638,13 @@ typedef struct {
     long long again_us;
 } fault_stats;
 
-/* One trial of the faults scenario: runs it, checks every survivor's error, and adds its
- * timings to *st. */
-static void fault_trial(int trial, int n, uint64_t seed, const char *const *env, long long bound_ns, fault_stats *st)
+/* One trial of the faults scenario (or of "rebuild", which goes on after the error): runs it,
+ * checks every survivor's error, and adds its timings to *st. */
+static void fault_trial(int trial, int n, uint64_t seed, const char *const *env, long long bound_ns, fault_stats *st,
+                        int rebuild)
 {
-    job_t job = {.scenario = "faults", .nranks = n, .seed = seed, .env = env, .deadline_s = 40, .kill_ok = 1};
+    job_t job = {.scenario = rebuild ? "rebuild" : "faults", .nranks = n, .seed = seed, .env = env,
+                 .deadline_s = rebuild ? 90 : 40, .kill_ok = 1, .second_root = rebuild};
     job_result_t res;
     run_job_once(&job, &res);
     if (res.port_in_use) { /* someone took the root port first: the trial never started */
@@ -691,6 +695,19 @@ static void fault_trial(int trial, int n, uint64_t seed, const char *const *env,
         cr_assert(strstr(ebuf, want), "trial %d (N=%d seed=0x%" PRIx64 "): rank %d's error does not name %s: %s", trial,
                   n, seed, r, want, ebuf);
     }
+    long first = -1;
+    for (int r = 0; r < n && rebuild; r++) {
+        if (r == victim) continue;
+        char cbuf[64];
+        snprintf(name, sizeof name, "checked.%d", r);
+        long v = read_outfile(res.outdir, name, cbuf, sizeof cbuf) ? strtol(cbuf, NULL, 10) : -1;
+        if (first < 0) first = v;
+        if (v <= 0 || v != first) remove_outdir(outdir);
+        cr_assert(v > 0, "trial %d (N=%d seed=0x%" PRIx64 "): survivor %d checked %ld collectives on the survivors' "
+                  "communicator", trial, n, seed, r, v);
+        cr_assert(v == first, "trial %d (N=%d seed=0x%" PRIx64 "): survivor %d checked %ld collectives, another %ld",
+                  trial, n, seed, r, v, first);
+    }
     remove_outdir(outdir);
 }
 
@@ -703,7 +720,7 @@ Test(faults, kill_a_random_rank_at_a_random_point, .timeout = 600)
     int maxn = max_ranks() && max_ranks() < FAULT_MAX_RANKS ? max_ranks() : FAULT_MAX_RANKS;
     for (int trial = 0; trial < trials; trial++) {
         int n = 2 + (int)(next_rand(&rs) % (uint64_t)(maxn - 1));
-        fault_trial(trial, n, next_rand(&rs), NULL, bound_ns, &st);
+        fault_trial(trial, n, next_rand(&rs), NULL, bound_ns, &st, 0);
     }
     fprintf(stderr, "[faults] %d trials: every survivor named the killed rank; slowest error %.3f s after the kill (%s); "
             "slowest call after the error %lld us\n", trials, st.worst, st.slowest, st.again_us);
@@ -725,9 +742,29 @@ Test(faults, rank_0_relays_a_death_before_its_own_call_returns, .timeout = 300)
     fault_stats st = {0};
     for (int trial = 0; trial < 20; trial++)
         fault_trial(trial, maxn < 3 ? maxn : 3 + (int)(next_rand(&rs) % (uint64_t)(maxn - 2)), next_rand(&rs),
-                    trial % 2 ? env_exit : env_abort, bound_ns, &st);
+                    trial % 2 ? env_exit : env_abort, bound_ns, &st, 0);
     fprintf(stderr, "[faults relay] 20 trials: every survivor named the killed rank; slowest error %.3f s after the kill (%s)\n",
             st.worst, st.slowest);
+}
+
+/* Going on without the dead rank (mp_worker "rebuild"): after the error, the survivors destroy
+ * the failed communicator and make one of nranks - 1 ranks in the same processes, on another
+ * root port (the dead rank may have been rank 0), over the default transports (shared memory
+ * between these ranks), and every collective on it must be right; neither communicator may
+ * leave a descriptor, a thread or a shared-memory segment behind. Ranks 2..6, 8 trials (fewer
+ * where RING_TEST_FAULT_TRIALS says so). */
+Test(faults, the_survivors_of_a_death_make_a_smaller_communicator_and_go_on, .timeout = 600)
+{
+    uint64_t rs = seed_for(0xfa019);
+    long long bound_ns = env_count("RING_TEST_FAULT_BOUND_MS", FAULT_BOUND_MS) * 1000000LL;
+    int maxn = max_ranks() && max_ranks() < FAULT_MAX_RANKS ? max_ranks() : FAULT_MAX_RANKS;
+    fault_stats st = {0};
+    int trials = (int)env_count("RING_TEST_FAULT_TRIALS", 8);
+    if (trials > 8) trials = 8;
+    for (int trial = 0; trial < trials; trial++)
+        fault_trial(trial, 2 + (int)(next_rand(&rs) % (uint64_t)(maxn - 1)), next_rand(&rs), NULL, bound_ns, &st, 1);
+    fprintf(stderr, "[faults rebuild] %d trials: every survivor named the killed rank (slowest %.3f s after the kill) "
+            "and went on with the others on a new communicator, every result right\n", trials, st.worst);
 }
 
 /* The failing-call side of the same rule, which the random trials above seldom reach: a call
