@@ -749,10 +749,10 @@ Test(faults, rank_0_relays_a_death_before_its_own_call_returns, .timeout = 300)
 
 /* Going on without the dead rank (mp_worker "rebuild"): after the error, the survivors destroy
  * the failed communicator and make one of nranks - 1 ranks in the same processes, on another
- * root port (the dead rank may have been rank 0), over the default transports (shared memory
- * between these ranks), and every collective on it must be right; neither communicator may
- * leave a descriptor, a thread or a shared-memory segment behind. Ranks 2..6, 8 trials (fewer
- * where RING_TEST_FAULT_TRIALS says so). */
+ * root port (the dead rank may have been rank 0), over the job's transports (shared memory
+ * between these ranks unless RING_TEST_TRANSPORT says otherwise), and every collective on it
+ * must be right; neither communicator may leave a descriptor, a thread or a shared-memory
+ * segment behind. Ranks 2..6, 8 trials (fewer where RING_TEST_FAULT_TRIALS says so). */
 Test(faults, the_survivors_of_a_death_make_a_smaller_communicator_and_go_on, .timeout = 600)
 {
     uint64_t rs = seed_for(0xfa019);
