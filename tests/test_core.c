@@ -1767,7 +1767,8 @@ Test(bootstrap, a_hello_claiming_a_rank_past_the_table_is_turned_away, .timeout 
 }
 
 /* Two ranks as threads of this process, with no Criterion assertion (for forked children):
- * RING_OK when both inits, one all-reduce and both destroys went well. */
+ * RING_OK when both inits, one all-reduce and both destroys went well; otherwise the failing
+ * step and its message go to stderr, the child's only way to say why. */
 static ring_result_t pair_round_plain(int port)
 {
     pair_arg a[2];
@@ -1775,6 +1776,10 @@ static ring_result_t pair_round_plain(int port)
     for (int r = 0; r < 2; r++) start_rank(&a[r], &t[r], r, 2, port);
     for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
     ring_result_t rc = a[0].rc != RING_OK ? a[0].rc : a[1].rc;
+    for (int r = 0; r < 2; r++)
+        if (a[r].rc != RING_OK)
+            fprintf(stderr, "[pid %d] rank %d of a pair on port %d: init: %s: %s\n", (int)getpid(), r, port,
+                    ring_result_name(a[r].rc), ring_comm_last_error(a[r].comm));
     if (rc == RING_OK) {
         float b0[64], b1[64];
         for (int i = 0; i < 64; i++) b0[i] = (float)i, b1[i] = 1.0f;
@@ -1784,8 +1789,15 @@ static ring_result_t pair_round_plain(int port)
         pthread_join(t[0], NULL);
         pthread_join(t[1], NULL);
         rc = c0.rc != RING_OK ? c0.rc : c1.rc;
+        if (rc != RING_OK)
+            fprintf(stderr, "[pid %d] pair on port %d: allreduce: %s: %s\n", (int)getpid(), port, ring_result_name(rc),
+                    ring_comm_last_error(c0.rc != RING_OK ? a[0].comm : a[1].comm));
         for (int i = 0; i < 64 && rc == RING_OK; i++)
-            if (b0[i] != i + 1.0f || b1[i] != i + 1.0f) rc = RING_ERR_INTERNAL;
+            if (b0[i] != i + 1.0f || b1[i] != i + 1.0f) {
+                fprintf(stderr, "[pid %d] pair on port %d: element %d is %g and %g, not %g\n", (int)getpid(), port, i,
+                        (double)b0[i], (double)b1[i], i + 1.0);
+                rc = RING_ERR_INTERNAL;
+            }
     }
     if (a[0].rc == RING_OK) ring_comm_destroy(a[0].comm);
     if (a[1].rc == RING_OK) ring_comm_destroy(a[1].comm);
@@ -1829,8 +1841,12 @@ Test(pair, a_child_forked_during_the_parents_first_init_makes_its_own_communicat
         }
         int st = 0;
         waitpid(mid, &st, 0);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork %d us into the first init: the child %s", 200 + k * 1500,
-                  WIFEXITED(st) && WEXITSTATUS(st) == 100 + SIGALRM ? "hung (killed by its 20 s alarm)" : "failed");
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork %d us into the first init: the child %s (status %d%s)",
+                  200 + k * 1500,
+                  WIFEXITED(st) && WEXITSTATUS(st) == 100 + SIGALRM ? "hung (killed by its 20 s alarm)" : "failed",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                  WIFEXITED(st) && WEXITSTATUS(st) == 3 ? ": its pair failed, stderr says how"
+                  : WIFEXITED(st) && WEXITSTATUS(st) > 100 ? ": 100 + the signal that ended it" : "");
     }
 }
 

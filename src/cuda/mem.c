@@ -54,11 +54,31 @@ static void probe(void)
     snprintf(drv_state, sizeof drv_state, "libcuda.so.1 loaded");
 }
 
+/*
+ * The probe runs once per process, inside the fork guard (comm.c). glibc's fork neither waits
+ * for a dlopen in another thread nor keeps a pthread_once that a fork interrupted: the child
+ * runs it again, so a child forked in the middle of the probe called dlopen on the loader's
+ * half-updated state and died of SIGSEGV in _dl_load_cache_lookup (the grandchild of
+ * pair/a_child_forked_during_the_parents_first_init_makes_its_own_communicator, 4 of 40 runs
+ * with both CPUs busy). In the guard, a fork waits for the probe to end. The flag keeps the
+ * guard's lock off every later call (the pointer classification of each collective).
+ */
+static atomic_int probed;
+
+static void probe_now(void)
+{
+    if (atomic_load_explicit(&probed, memory_order_acquire)) return;
+    ring__fork_guard_enter();
+    pthread_once(&probe_once, probe);
+    ring__fork_guard_leave();
+    atomic_store_explicit(&probed, 1, memory_order_release);
+}
+
 const char *ring__mem_driver_state(void) { return drv_state; }
 
 int ring__mem_thread_has_context(void)
 {
-    pthread_once(&probe_once, probe);
+    probe_now();
     void *ctx = NULL;
     if (!drv_ctx_get_current || drv_ctx_get_current(&ctx) != RING__CUDA_SUCCESS) return -1;
     return ctx != NULL;
@@ -118,7 +138,7 @@ static ring__cu_get_attrs_fn get_attrs(void)
 {
     ring__cu_get_attrs_fn ga = atomic_load_explicit(&test_get_attrs, memory_order_acquire);
     if (!ga) {
-        pthread_once(&probe_once, probe);
+        probe_now();
         ga = drv_get_attrs;
     }
     return ga;
