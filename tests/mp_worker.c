@@ -1070,32 +1070,51 @@ static void write_err(int64_t t_err, ring_result_t rc, const char *msg)
 }
 
 /*
- * Random collectives (random kind and size, float buffers a and b of 2^20 * nranks elements)
- * until one fails or 30 s pass; *done counts the calls made. Results are not checked: these
- * calls are there for a rank to die in the middle of.
+ * The start "faults" and "rebuild" share: init, the victim's killer thread, then random
+ * collectives (random kind and size, float buffers *a and *b of 2^20 * nranks elements) until
+ * one fails; *done counts the calls. Results are not checked: these calls are there for a rank
+ * to die in the middle of. Returns the first error; *a is NULL where it was init's (a rank
+ * still in init when the victim died fails there, naming it: also a survivor). No error within
+ * 30 s fails the scenario.
  */
-static ring_result_t until_error(ring_comm_t *comm, rng_t *r, float *a, float *b, long *done)
+static ring_result_t until_death(int victim, rng_t *r, ring_comm_t **comm, float **a, float **b, long *done)
 {
     static const size_t sizes[] = {0, 1, 7, 1000, 4099, 65536, 1 << 20};
+    *a = *b = NULL;
+    *done = 0;
+    ring_result_t rc = ring_comm_init_env(comm);
+    if (rc != RING_OK) {
+        if (g_rank == 0 && rc == RING_ERR_SYSTEM && strstr(ring_comm_last_error(*comm), "in use")) exit(EXIT_PORT_IN_USE);
+        return rc;
+    }
+    size_t maxcount = ((size_t)1 << 20) * (size_t)g_nranks;
+    *a = calloc(maxcount, sizeof **a);
+    *b = calloc(maxcount, sizeof **b);
+    pthread_t t;
+    if (!*a || !*b || (g_rank == victim && pthread_create(&t, NULL, killer_main, NULL) != 0)) exit(EXIT_SETUP);
     double t0 = now_s();
-    ring_result_t rc = RING_OK;
     while (rc == RING_OK && now_s() - t0 < 30) {
         size_t cnt = sizes[rng_below(r, sizeof sizes / sizeof *sizes)];
         uint64_t kind = rng_below(r, 6);
-        cnt = bound_count(cnt, sizeof *a, kind == 2 || kind == 3 ? (size_t)g_nranks : 1);
+        cnt = bound_count(cnt, sizeof **a, kind == 2 || kind == 3 ? (size_t)g_nranks : 1);
         switch (kind) {
         case 0:
-        case 1: rc = ring_allreduce(comm, a, b, cnt, RING_FLOAT32, RING_SUM); break;
-        case 2: rc = ring_reduce_scatter(comm, a, b, cnt, RING_FLOAT32, RING_MAX); break;
-        case 3: rc = ring_allgather(comm, a, b, cnt, RING_FLOAT32); break;
-        case 4: rc = ring_broadcast(comm, a, cnt, RING_FLOAT32, (int)rng_below(r, (uint64_t)g_nranks)); break;
+        case 1: rc = ring_allreduce(*comm, *a, *b, cnt, RING_FLOAT32, RING_SUM); break;
+        case 2: rc = ring_reduce_scatter(*comm, *a, *b, cnt, RING_FLOAT32, RING_MAX); break;
+        case 3: rc = ring_allgather(*comm, *a, *b, cnt, RING_FLOAT32); break;
+        case 4: rc = ring_broadcast(*comm, *a, cnt, RING_FLOAT32, (int)rng_below(r, (uint64_t)g_nranks)); break;
         default: {
             ring_request_t *q = NULL;
-            rc = ring_allreduce_async(comm, a, b, cnt, RING_FLOAT32, RING_MIN, &q);
+            rc = ring_allreduce_async(*comm, *a, *b, cnt, RING_FLOAT32, RING_MIN, &q);
             if (rc == RING_OK) rc = ring_wait(q);
         }
         }
         (*done)++;
+    }
+    if (rc == RING_OK) {
+        wlog("no error after %ld collectives in 30 s although rank %d was killed after %ld us", *done, victim,
+             g_kill_after_us);
+        exit(EXIT_CHECK);
     }
     return rc;
 }
@@ -1116,31 +1135,14 @@ static int scenario_faults(uint64_t seed)
     int victim = (int)rng_below(&r, (uint64_t)g_nranks);
     g_kill_after_us = (long)rng_below(&r, 300000);
     ring_comm_t *comm = NULL;
-    ring_result_t irc = ring_comm_init_env(&comm);
-    if (irc != RING_OK) {
-        const char *m = ring_comm_last_error(comm);
-        if (g_rank == 0 && irc == RING_ERR_SYSTEM && strstr(m, "in use")) exit(EXIT_PORT_IN_USE);
-        /* Any other init failure is checked as a survivor's error: it must name the victim. */
-        write_err(mono_ns(), irc, m);
+    float *a, *b;
+    long done;
+    ring_result_t rc = until_death(victim, &r, &comm, &a, &b, &done);
+    write_err(mono_ns(), rc, ring_comm_last_error(comm));
+    if (!a) { /* init's error: the harness checks it as any survivor's, and there is no call to make */
         ring_comm_destroy(comm);
         return 0;
     }
-    size_t maxcount = ((size_t)1 << 20) * (size_t)g_nranks;
-    float *a = calloc(maxcount, sizeof *a), *b = calloc(maxcount, sizeof *b);
-    if (!a || !b) return EXIT_SETUP;
-    if (g_rank == victim) {
-        pthread_t t;
-        if (pthread_create(&t, NULL, killer_main, NULL) != 0) return EXIT_SETUP;
-    }
-    long done = 0;
-    ring_result_t rc = until_error(comm, &r, a, b, &done);
-    int64_t t_err = mono_ns();
-    if (rc == RING_OK) {
-        wlog("no error after %ld collectives in 30 s although rank %d was killed after %ld us", done, victim,
-             g_kill_after_us);
-        return EXIT_CHECK;
-    }
-    write_err(t_err, rc, ring_comm_last_error(comm));
     /* As a program that gives up at the first error does: "abort" aborts and exits (ring_perf),
      * "exit" only exits, with no destroy that would wait for the library's threads. */
     const char *at_once = getenv("MP_FAULTS_EXIT_AT_ONCE");
@@ -1195,24 +1197,9 @@ static int scenario_rebuild(uint64_t seed)
     }
     soak_t before = soak_sample();
     ring_comm_t *comm = NULL;
-    ring_result_t rc = ring_comm_init_env(&comm);
-    long done = 0;
-    float *a = NULL, *b = NULL;
-    if (rc == RING_OK) {
-        size_t maxcount = ((size_t)1 << 20) * (size_t)g_nranks;
-        a = calloc(maxcount, sizeof *a);
-        b = calloc(maxcount, sizeof *b);
-        pthread_t t;
-        if (!a || !b || (g_rank == victim && pthread_create(&t, NULL, killer_main, NULL) != 0)) return EXIT_SETUP;
-        rc = until_error(comm, &r, a, b, &done);
-        if (rc == RING_OK) {
-            wlog("no error after %ld collectives in 30 s although rank %d was killed", done, victim);
-            return EXIT_CHECK;
-        }
-    } else if (g_rank == 0 && rc == RING_ERR_SYSTEM && strstr(ring_comm_last_error(comm), "in use")) {
-        exit(EXIT_PORT_IN_USE);
-    }
-    /* A rank still in init when the victim died fails there, naming it: also a survivor. */
+    float *a, *b;
+    long done;
+    ring_result_t rc = until_death(victim, &r, &comm, &a, &b, &done);
     write_err(mono_ns(), rc, ring_comm_last_error(comm));
     if (seed & 1) ring_comm_abort(comm);
     ring_comm_destroy(comm);
