@@ -14,6 +14,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* compare/gloo_allreduce.cc is C++ (Gloo is a C++ library). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Element types and reductions, in the order of ring_dtype_t / ring_op_t. */
 typedef enum {
     PC_INT8,
@@ -312,5 +317,9 @@ void pc_json_end(long long wrong_total, int checked);
 /* The summary lines; label (may be NULL) names the table, e.g. the algorithm. checked 0 (-c 0):
  * the results were not compared, and the first line says so instead of "0 OK". */
 void pc_print_footer(FILE *f, const char *label, int checked, long long wrong_total, double bw_sum, int rows);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

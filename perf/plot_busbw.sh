@@ -10,7 +10,8 @@
 # both runs; and a dashed curve of the alpha-beta model for each where the
 # model_us column is filled: model busbw = busbw * time_us / model_us (same bytes, same factor).
 # CSV files of older builds without the algo column count as ringcomm. --mpi MPI.csv adds the
-# curve of `mpi_allreduce --csv`. x: size in bytes, log2; y: busbw in GB/s (1e9). Needs gnuplot
+# curve of `mpi_allreduce --csv`; a `gloo_allreduce --csv` file given as RING.csv is a Gloo curve
+# (its algo column says gloo). x: size in bytes, log2; y: busbw in GB/s (1e9). Needs gnuplot
 # (Debian: gnuplot-nox). Default output: busbw.png.
 set -euo pipefail
 
@@ -22,7 +23,7 @@ RING_FILES=()
 MPI_FILES=()
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_arg() { [[ $# -ge 2 && -n "$2" ]] || { echo "plot_busbw.sh: $1 needs a value" >&2; exit 2; }; }
@@ -127,13 +128,14 @@ q() { printf "'%s'" "${1//\'/\'\'}"; }
     echo "set datafile missing 'NaN'"
     plots=()
     i=0
-    while IFS=$'\t' read -r src algo nr coll hasmodel dat; do
+    while IFS=$'\t' read -r src algo nr _ hasmodel dat; do
         i=$((i + 1))
         base=${algo%%-*}
         case $base in
             ring) name="ringcomm" ;;
             ps) name="parameter server" ;;
             mpi) name="MPI_Allreduce" ;;
+            gloo) name="Gloo (gloo::allreduce)" ;;
             *) name=$base ;;
         esac
         [[ $algo == *-* ]] && name="$name, ${algo#*-} buffers"

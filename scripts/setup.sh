@@ -12,9 +12,10 @@ cd "$(dirname "$0")/.."
 # qemu-system-x86, and cpio, kmod, xz-utils and util-linux (flock) to build its initramfs;
 # the guest runs the host's own programs: iproute2's rdma(8), ibverbs-providers (librxe),
 # ibverbs-utils and perftest (ibv_rc_pingpong, ib_write_bw). nftables: tests/netns_faults.sh
-# drops packets with nft(8) where the kernel has no netem (Debian's cloud kernels).
+# drops packets with nft(8) where the kernel has no netem (Debian's cloud kernels). libgloo-dev:
+# perf/compare's Gloo side of the side-by-side runs (perf/compare/gloo_allreduce.cc).
 pkgs=(gcc g++ make meson ninja-build pkg-config libcriterion-dev openmpi-bin libopenmpi-dev python3
-      gnuplot-nox iproute2 clang libclang-rt-14-dev libhwloc-dev libudev-dev
+      libgloo-dev gnuplot-nox iproute2 clang libclang-rt-14-dev libhwloc-dev libudev-dev
       libibverbs-dev ibverbs-providers ibverbs-utils perftest
       qemu-system-x86 cpio kmod xz-utils util-linux nftables)
 missing=()

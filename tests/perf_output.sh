@@ -14,6 +14,11 @@
 #   perf_output.sh plot RINGRUN RING_PERF PLOT_SCRIPT OUT.png [MPI_ALLREDUCE]
 #       4 ranks, --csv, -A both, then plot_busbw.sh (with an mpi_allreduce CSV when that program
 #       and mpirun exist); OUT.png must be a non-empty PNG (skipped without gnuplot).
+#   perf_output.sh gloo RINGRUN GLOO_ALLREDUCE
+#       perf/compare/gloo_allreduce (built where Gloo is): 3 ranks under ringrun, --csv and
+#       --json, every dtype and op in and out of place, each checked against the exact values
+#       (the program exits 1 on a wrong element); the rows are ring_perf's columns with algo
+#       "gloo"; without --store, or with no rank in the environment, it exits 2 saying why.
 #   perf_output.sh cuda RINGRUN RING_PERF
 #       -G cuda|both with --emulate-gpu (CUDA builds, no GPU needed): the four collectives that take
 #       device buffers, checked (ring_perf exits 1 on any wrong element), over shared memory and
@@ -249,6 +254,56 @@ nocuda)
         [[ $st == 77 && $out == *"this build has no CUDA support"* ]] || { echo "FAIL: -G $mem: exit $st: $out" >&2; exit 1; }
         echo "ok: -G $mem: $(grep -m1 'no CUDA' <<<"$out")"
     done
+    ;;
+gloo)
+    ringrun=$1 gloo=$2
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/perfgloo.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    # Every rendezvous gets a fresh directory: Gloo's FileStore keys stay after a run.
+    store() { mktemp -d "$tmp/store.XXXXXX"; }
+    # 4 B .. 1 MiB by 16: five rows of float, each checked.
+    "$ringrun" -n 3 --no-prefix --timeout 120 "$gloo" --store "$(store)" -b 4 -e 1M -f 16 -n 3 -w 1 -c 1 --csv \
+        >"$tmp/f.csv" 2>"$tmp/f.err" || { cat "$tmp/f.err" >&2; echo "FAIL: gloo_allreduce float sum" >&2; exit 1; }
+    rows=$(grep -c '^allreduce,3,' "$tmp/f.csv" || true)
+    bad=$(awk -F, '/^allreduce,/ && ($12 != 0 || $15 != "gloo" || $9 <= 0)' "$tmp/f.csv")
+    if [[ $rows != 5 || -n $bad ]]; then
+        echo "FAIL: gloo_allreduce --csv: $rows rows (want 5), rows not checked/right/labelled: '$bad'" >&2
+        cat "$tmp/f.csv" >&2
+        exit 1
+    fi
+    # Every dtype and op; odd sizes, in place every other run.
+    i=0
+    for d in int8 uint8 int32 uint32 int64 uint64 float double; do
+        for o in sum prod min max; do
+            i=$((i + 1))
+            if ! "$ringrun" -n 3 --no-prefix --timeout 120 "$gloo" --store "$(store)" -b 1 -e 100003 -f 37 -n 1 -w 0 \
+                -c 1 -d "$d" -o "$o" -I $((i % 2)) >"$tmp/t.out" 2>&1; then
+                cat "$tmp/t.out" >&2
+                echo "FAIL: gloo_allreduce -d $d -o $o -I $((i % 2))" >&2
+                exit 1
+            fi
+            grep -q '^# Out of bounds values : 0 OK' "$tmp/t.out" || { cat "$tmp/t.out" >&2; echo "FAIL: -d $d -o $o: no '0 OK'" >&2; exit 1; }
+        done
+    done
+    if command -v python3 >/dev/null; then
+        "$ringrun" -n 2 --no-prefix --timeout 120 "$gloo" --store "$(store)" -A bcube -b 1K -e 64K -f 8 -n 2 -w 1 --json \
+            2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["program"] == "gloo_allreduce" and d["nranks"] == 2 and d["ok"] is True, d
+assert [r["algo"] for r in d["rows"]] == ["gloo"] * 3, d["rows"]
+assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in d["rows"]), d["rows"]
+print("gloo json ok (bcube):", [r["time_us"] for r in d["rows"]], "us")
+'
+    fi
+    # Refusals: exit 2 with the reason, no rendezvous attempted.
+    rc=0
+    RING_RANK=0 RING_NRANKS=1 "$gloo" -b 4 -e 4 >/dev/null 2>"$tmp/e1" || rc=$?
+    [[ $rc == 2 ]] && grep -q -- '--store DIR is required' "$tmp/e1" || { cat "$tmp/e1" >&2; echo "FAIL: no --store: exit $rc" >&2; exit 1; }
+    rc=0
+    env -u RING_RANK -u RING_NRANKS -u RANK -u WORLD_SIZE "$gloo" --store "$tmp" >/dev/null 2>"$tmp/e2" || rc=$?
+    [[ $rc == 2 ]] && grep -q 'needs RING_RANK and RING_NRANKS' "$tmp/e2" || { cat "$tmp/e2" >&2; echo "FAIL: no rank: exit $rc" >&2; exit 1; }
+    echo "gloo ok: 5 float rows and 32 dtype/op runs checked ($(awk -F, '/^allreduce,/ {printf "%s B %s us; ", $3, $9}' "$tmp/f.csv"))"
     ;;
 ring-order)
     ringrun=$1 perf=$2

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side allreduce (float sum) bus bandwidth, same sizes, one table joined by size:
 # ringcomm with its defaults (shared memory on one host) against Open MPI with its defaults
-# (shared memory), and ringcomm over TCP against Open MPI over TCP loopback. Each pair runs on
+# (shared memory), and ringcomm over TCP against Open MPI over TCP loopback and against Gloo
+# (TCP, its only transport; gloo::allreduce as PyTorch calls it, perf/compare/gloo_allreduce.cc)
+# where DIR/perf/gloo_allreduce was built (libgloo-dev; --no-gloo leaves it out). Each pair runs on
 # the same transport and the same TCP congestion control: the TCP run of ringcomm gets
 # RING_TRANSPORT=tcp and RING_TCP_CONGESTION=system (the host's, which Open MPI's sockets get;
 # ringcomm's own default, auto, would pick cubic inside a host, which on a host whose default
@@ -11,18 +13,18 @@
 # libraries alike: --cc cubic compares them as on a stock Debian host.
 #
 #   perf/compare/compare.sh [-n NRANKS] [-b MIN] [-e MAX] [-f F] [--build DIR]
-#                           [--iters N] [--warmup N] [--check 0|1] [--repeat R] [--cc NAME]
+#                           [--iters N] [--warmup N] [--check 0|1] [--repeat R] [--cc NAME] [--no-gloo]
 #                           [--netns [--rate R | --no-shape] [--mtu M] [--timeout SEC]]
 #
 # Sizes accept K/M/G suffixes (powers of 1024). --repeat R runs every library R times,
-# interleaved (ringcomm, ring-TCP, OMPI-TCP, OMPI-default, ringcomm, ...), and reports per size the median of the R runs'
+# interleaved (ringcomm, ring-TCP, OMPI-TCP, OMPI-default, Gloo, ringcomm, ...), and reports per size the median of the R runs'
 # times, with the spread (min-max) of ringcomm and Open MPI default: oversubscribed runs vary
 # from run to run more than the libraries differ, and on a VM even 2 ranks do: the cost of moving
 # data between two vCPUs changes in steps that last milliseconds to seconds (perf/micro/xcore_pair.c,
 # docs/performance.md 2026-11-27 (2)), so use a large R (20 or more) there. Needs DIR/tools/ringrun, DIR/perf/ring_perf and
 # DIR/perf/mpi_allreduce (built by meson when it finds MPI) and mpirun on PATH.
 # --netns (root): one rank per network namespace on the rate-limited bed of perf/netns/
-# (default 1gbit each way), ringcomm then Open MPI ob1/tcp on the same bed; no shared-memory run.
+# (default 1gbit each way), ringcomm, Open MPI ob1/tcp and Gloo on the same bed; no shared-memory run.
 set -euo pipefail
 
 NRANKS=4
@@ -40,6 +42,7 @@ RATE=1gbit
 MTU=1500
 TIMEOUT=600
 CC=""
+GLOO=1
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -65,6 +68,7 @@ while [[ $# -gt 0 ]]; do
         --mtu) need_arg "$@"; MTU=$2; shift 2 ;;
         --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
         --cc) need_arg "$@"; CC=$2; shift 2 ;;
+        --no-gloo) GLOO=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -94,6 +98,14 @@ for f in "$RINGRUN" "$RING_PERF" "$MPI_BENCH"; do
     [[ -x $f ]] || { echo "compare.sh: $f not found or not executable (build first; mpi_allreduce needs MPI at meson setup)" >&2; exit 2; }
 done
 command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found" >&2; exit 2; }
+GLOO_BENCH=$BUILD/perf/gloo_allreduce
+GLOO_WHY=""
+if ((GLOO)) && [[ ! -x $GLOO_BENCH ]]; then
+    GLOO=0
+    GLOO_WHY="not built: $GLOO_BENCH (meson builds it where g++ and libgloo-dev are)"
+elif ((!GLOO)); then
+    GLOO_WHY="left out (--no-gloo)"
+fi
 
 BENCH_ARGS=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -d float --csv)
 
@@ -119,6 +131,10 @@ CMD_DEF=("${MPIRUN[@]}" "$MPI_BENCH" "${BENCH_ARGS[@]}")
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringcmp.XXXXXX")
 trap 'restore_cc; rm -rf "$TMP"' EXIT
+# Gloo's ranks meet in a FileStore directory, a fresh one per run (its keys stay): "STORE" in
+# the command is replaced by it. On one host over lo; on the bed the ranks take the bed's
+# interface from RING_SOCKET_IFNAME, which bed_run sets.
+CMD_GLOO=("$RINGRUN" -n "$NRANKS" -- env GLOO_SOCKET_IFNAME=lo "$GLOO_BENCH" --store STORE "${BENCH_ARGS[@]}")
 
 # Every RING_* setting of the caller (not the job's secret), so that the table says how it was made.
 print_ring_env() {
@@ -150,12 +166,14 @@ if ((NETNS)); then
     # --foreground: timeout(1) in a process group of its own would keep a Ctrl-C from mpirun
     # and from this script's trap until the limit.
     CMD_TCP=(timeout --foreground -k 10 "$TIMEOUT" "${BED_MPIRUN[@]}" --bind-to none "$MPI_BENCH" "${BENCH_ARGS[@]}")
+    CMD_GLOO=("$GLOO_BENCH" --store STORE "${BENCH_ARGS[@]}")
     echo "# compare.sh --netns: allreduce float sum, $NRANKS ranks, one per network namespace, on $(hostname), $NCPU cores, $(date '+%Y-%m-%d %H:%M:%S %z')"
     echo "# bed          : $(bed_describe)"
     echo "# load         : $(uptime | sed 's/^ *//')"
     echo "# ringcomm     : rank i in $(bed_ns_host i): RING_RANK=i RING_NRANKS=$NRANKS RING_ROOT=$(bed_addr 0):$BED_PORT RING_SOCKET_IFNAME=$BED_IF RING_SECRET=<random> ${CMD_RING[*]}"
     echo "# OMPI-TCP     : ${CMD_TCP[*]}"
-    echo "# TCP congestion control: host default $HOST_CC${CC:+ (--cc; $CC_WAS before)}; between namespaces both libraries keep the system's"
+    if ((GLOO)); then echo "# Gloo         : as ringcomm, one rank per namespace: ${CMD_GLOO[*]}"; else echo "# Gloo         : $GLOO_WHY"; fi
+    echo "# TCP congestion control: host default $HOST_CC${CC:+ (--cc; $CC_WAS before)}; between namespaces every library keeps the system's"
     print_ring_env
     echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
     [[ -n $LINK_GBPS ]] && echo "# link: $RATE = $LINK_GBPS GB/s each way; busbw/link 1.0 = the shaped rate (TCP payload ceiling at MTU 1500: 1448/1514 = 0.956)"
@@ -167,8 +185,9 @@ echo "# ringcomm     : ${CMD_RING[*]}"
 echo "# ring-TCP     : ${CMD_RTCP[*]}"
 echo "# OMPI-TCP     : ${CMD_TCP[*]}"
 echo "# OMPI-default : ${CMD_DEF[*]}"
-echo "# TCP congestion control: host default $HOST_CC${CC:+ (--cc; $CC_WAS before)} (Open MPI's sockets); ring-TCP RING_TCP_CONGESTION=$RING_TCP_CC"
-echo "# ring/TCP = OMPI-TCP time / ring-TCP time; ring/def = OMPI-default time / ringcomm time"
+if ((GLOO)); then echo "# Gloo         : ${CMD_GLOO[*]}"; else echo "# Gloo         : $GLOO_WHY"; fi
+echo "# TCP congestion control: host default $HOST_CC${CC:+ (--cc; $CC_WAS before)} (Open MPI's and Gloo's sockets); ring-TCP RING_TCP_CONGESTION=$RING_TCP_CC"
+echo "# ring/TCP = OMPI-TCP time / ring-TCP time; ring/def = OMPI-default time / ringcomm time; ring/Gloo = Gloo time / ring-TCP time"
 print_ring_env
 echo "# time: median over iterations of the max over ranks (us); busbw = bytes/time * 2(n-1)/n (GB/s, 1e9)"
 fi
@@ -180,7 +199,7 @@ run() { # name outfile cmd...
     local name=$1 out=$2
     shift 2
     local rc=0
-    if [[ $name == ringcomm ]] && ((NETNS)); then
+    if [[ $name == ringcomm || $name == Gloo ]] && ((NETNS)); then
         # One rank per host of the bed; rank 0's stdout, and every rank's stderr ("[i] " lines).
         bed_run "$out.ranks" "$TIMEOUT" "$@" || rc=$?
         cp "$out.ranks/rank0.out" "$out.raw"
@@ -197,7 +216,7 @@ run() { # name outfile cmd...
     # --repeat the file holds every run).
     sed -E 's/^\[[0-9]+\] //' "$out.raw" | grep -E '^allreduce,' >>"$out" || true
     ((rep == 0)) || return 0 # the library's version line once
-    grep -h -E '^(\[[0-9]+\] )?# (ringcomm|Open MPI)' "$out.err" "$out.raw" 2>/dev/null \
+    grep -h -E '^(\[[0-9]+\] )?# (ringcomm|Open MPI|Gloo)' "$out.err" "$out.raw" 2>/dev/null \
         | sed -E 's/^\[[0-9]+\] //; s/^# /# '"$name"': /' | head -n 1 || true
 }
 
@@ -205,17 +224,22 @@ run() { # name outfile cmd...
 : >"$TMP/rtcp.csv" # stays empty with --netns: ringcomm's own run is over TCP there
 : >"$TMP/tcp.csv"
 : >"$TMP/def.csv" # stays empty with --netns: no shared memory between hosts
+: >"$TMP/gloo.csv" # stays empty without gloo_allreduce or with --no-gloo
 for ((rep = 0; rep < REPEAT; rep++)); do
     run ringcomm "$TMP/ring.csv" "${CMD_RING[@]}"
     ((NETNS)) || run ring-TCP "$TMP/rtcp.csv" "${CMD_RTCP[@]}"
     run OMPI-TCP "$TMP/tcp.csv" "${CMD_TCP[@]}"
     ((NETNS)) || run OMPI-default "$TMP/def.csv" "${CMD_DEF[@]}"
+    if ((GLOO)); then
+        mkdir "$TMP/store.$rep"
+        run Gloo "$TMP/gloo.csv" "${CMD_GLOO[@]/#STORE/$TMP/store.$rep}"
+    fi
 done
 
 # CSV columns: collective,nranks,size,count,type,redop,root,inplace,time_us,algbw,busbw,wrong
 # (read by position; columns after the 12th are ignored). --netns: no OMPI-def column, and
-# busbw / link rate columns when the links are shaped.
-awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$REPEAT" '
+# busbw / link rate columns when the links are shaped. The Gloo columns only where it ran.
+awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$REPEAT" -v gloo="$GLOO" '
     # Every run of a library adds one time per size; the table shows their median, and busbw
     # is recomputed from it (bytes/time * 2(n-1)/n).
     # wrong is -1 in rows that were not checked (--check 0): they count as neither right nor wrong.
@@ -227,6 +251,7 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
     FILENAME ~ /\/rtcp\.csv$/ { add(c_tl, c_n, c_w, $3) }
     FILENAME ~ /\/tcp\.csv$/  { add(t_tl, t_n, t_w, $3) }
     FILENAME ~ /\/def\.csv$/  { add(d_tl, d_n, d_w, $3) }
+    FILENAME ~ /\/gloo\.csv$/ { add(g_tl, g_n, g_w, $3) }
     function median(tl, nt, s, out,    i, j, v, k, a) {
         k = nt[s]
         for (i = 0; i < k; i++) a[i] = tl[s, i] + 0
@@ -240,16 +265,22 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
         if (netns) {
             printf("#\n# %10s  %10s  %10s  %9s  %11s  %11s", "size", "ringcomm", "OMPI-TCP", "ring/TCP", "ringcomm", "OMPI-TCP")
             if (link != "") printf("  %10s  %10s", "ringcomm", "OMPI-TCP")
+            if (gloo) printf("  %10s  %9s  %11s", "Gloo", "ring/Gloo", "Gloo")
+            if (gloo && link != "") printf("  %10s", "Gloo")
             printf("\n# %10s  %10s  %10s  %9s  %11s  %11s", "(B)", "busbw GB/s", "busbw GB/s", "busbw", "time (us)", "time (us)")
             if (link != "") printf("  %10s  %10s", "busbw/link", "busbw/link")
+            if (gloo) printf("  %10s  %9s  %11s", "busbw GB/s", "busbw", "time (us)")
+            if (gloo && link != "") printf("  %10s", "busbw/link")
             printf("\n")
         } else {
         printf("#\n# %10s  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s  %11s", "size", "ringcomm", "ring-TCP",
                "OMPI-TCP", "OMPI-def", "ring/TCP", "ring/def", "ringcomm", "ring-TCP", "OMPI-TCP", "OMPI-def")
         if (rep > 1) printf("  %19s  %19s  %19s", "ringcomm range", "ring-TCP range", "OMPI-def range")
+        if (gloo) printf("  %10s  %9s  %11s", "Gloo", "ring/Gloo", "Gloo")
         printf("\n# %10s  %10s  %10s  %10s  %10s  %9s  %9s  %11s  %11s  %11s  %11s", "(B)", "busbw GB/s", "busbw GB/s",
                "busbw GB/s", "busbw GB/s", "busbw", "busbw", "time (us)", "time (us)", "time (us)", "time (us)")
         if (rep > 1) printf("  %19s  %19s  %19s", "time (us)", "time (us)", "time (us)")
+        if (gloo) printf("  %10s  %9s  %11s", "busbw GB/s", "busbw", "time (us)")
         printf("\n")
         }
         for (s in sizes) {
@@ -258,6 +289,7 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
             if (s in c_n) { c_t[s] = median(c_tl, c_n, s, mm); c_lo[s] = mm["min"]; c_hi[s] = mm["max"]; c_bw[s] = c_t[s] > 0 ? s / c_t[s] / 1e3 * fac : 0 }
             if (s in t_n) { t_t[s] = median(t_tl, t_n, s, mm); t_bw[s] = t_t[s] > 0 ? s / t_t[s] / 1e3 * fac : 0 }
             if (s in d_n) { d_t[s] = median(d_tl, d_n, s, mm); d_lo[s] = mm["min"]; d_hi[s] = mm["max"]; d_bw[s] = d_t[s] > 0 ? s / d_t[s] / 1e3 * fac : 0 }
+            if (s in g_n) { g_t[s] = median(g_tl, g_n, s, mm); g_bw[s] = g_t[s] > 0 ? s / g_t[s] / 1e3 * fac : 0 }
         }
         # The sizes stay the strings they were read as, the keys of every array: mawk (the Debian
         # default awk) prints a number of 2^31 or more as 2.14748e+09, so a key made from a number
@@ -273,10 +305,15 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
             # ring/TCP: the ring-TCP run against OMPI-TCP (on the bed the one ringcomm run is over TCP).
             if (netns) ratio = ((s in r_t) && (s in t_t) && r_t[s] > 0) ? sprintf("%.2f", t_t[s] / r_t[s]) : "-"
             else ratio = ((s in c_t) && (s in t_t) && c_t[s] > 0) ? sprintf("%.2f", t_t[s] / c_t[s]) : "-"
+            # ring/Gloo: Gloo (TCP) against ringcomm over TCP (on the bed, its one run).
+            rt = netns ? r_t[s] : c_t[s]
+            gratio = ((s in g_t) && rt > 0) ? sprintf("%.2f", g_t[s] / rt) : "-"
             if (netns) {
                 printf("  %10s  %10s  %10s  %9s  %11s  %11s", s, f(r_bw, s, "%.3f"), f(t_bw, s, "%.3f"), ratio,
                        f(r_t, s, "%.2f"), f(t_t, s, "%.2f"))
                 if (link != "") printf("  %10s  %10s", fl(r_bw, s), fl(t_bw, s))
+                if (gloo) printf("  %10s  %9s  %11s", f(g_bw, s, "%.3f"), gratio, f(g_t, s, "%.2f"))
+                if (gloo && link != "") printf("  %10s", fl(g_bw, s))
                 printf("\n")
             } else {
             dratio = ((s in r_t) && (s in d_t) && r_t[s] > 0) ? sprintf("%.2f", d_t[s] / r_t[s]) : "-"
@@ -287,12 +324,14 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
                 printf("  %19s  %19s  %19s", (s in r_lo) ? sprintf("%.1f-%.1f", r_lo[s], r_hi[s]) : "-",
                        (s in c_lo) ? sprintf("%.1f-%.1f", c_lo[s], c_hi[s]) : "-",
                        (s in d_lo) ? sprintf("%.1f-%.1f", d_lo[s], d_hi[s]) : "-")
+            if (gloo) printf("  %10s  %9s  %11s", f(g_bw, s, "%.3f"), gratio, f(g_t, s, "%.2f"))
             printf("\n")
             }
             if ((s in r_w) && r_w[s] > 0) wrong += r_w[s]
             if ((s in c_w) && c_w[s] > 0) wrong += c_w[s]
             if ((s in t_w) && t_w[s] > 0) wrong += t_w[s]
             if ((s in d_w) && d_w[s] > 0) wrong += d_w[s]
+            if ((s in g_w) && g_w[s] > 0) wrong += g_w[s]
         }
         # "OK" only where rows were compared: with --check 0 nothing was.
         if (checked == 0) {
@@ -302,6 +341,6 @@ awk -F, -v netns="$NETNS" -v link="${LINK_GBPS:-}" -v nranks="$NRANKS" -v rep="$
                    unchecked ? sprintf(" (%d rows not checked)", unchecked) : "")
         }
         exit(wrong || checked + unchecked == 0 ? 1 : 0)
-    }' "$TMP/ring.csv" "$TMP/rtcp.csv" "$TMP/tcp.csv" "$TMP/def.csv" || status=1
+    }' "$TMP/ring.csv" "$TMP/rtcp.csv" "$TMP/tcp.csv" "$TMP/def.csv" "$TMP/gloo.csv" || status=1
 
 exit $status
