@@ -133,8 +133,11 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/ringcmp.XXXXXX")
 trap 'restore_cc; rm -rf "$TMP"' EXIT
 # Gloo's ranks meet in a FileStore directory, a fresh one per run (its keys stay): "STORE" in
 # the command is replaced by it. On one host over lo; on the bed the ranks take the bed's
-# interface from RING_SOCKET_IFNAME, which bed_run sets.
-CMD_GLOO=("$RINGRUN" -n "$NRANKS" -- env GLOO_SOCKET_IFNAME=lo "$GLOO_BENCH" --store STORE "${BENCH_ARGS[@]}")
+# interface from RING_SOCKET_IFNAME, which bed_run sets. Unbound, as torchrun starts them:
+# every Gloo rank has a device thread that must run while its caller waits, and with ringrun's
+# one core per rank the two took turns at the scheduler's tick (4.0 ms per call from 16 B at
+# N = 2 on this project's 2-vCPU VM, 0.3-0.7 ms unbound; docs/performance.md 2026-12-07 (4)).
+CMD_GLOO=("$RINGRUN" -n "$NRANKS" --bind-to none -- env GLOO_SOCKET_IFNAME=lo "$GLOO_BENCH" --store STORE "${BENCH_ARGS[@]}")
 
 # Every RING_* setting of the caller (not the job's secret), so that the table says how it was made.
 print_ring_env() {
