@@ -39,7 +39,6 @@
 #include <exception>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "baseline.h"
 
