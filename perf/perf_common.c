@@ -757,6 +757,17 @@ static void json_num(FILE *f, const char *fmt, double v, int known)
     else fputs("null", f);
 }
 
+void pc_row_measured(pc_row_t *r, pc_coll_t c, pc_algo_t a, size_t bytes, size_t count, double us, long long wrong)
+{
+    r->bytes = bytes;
+    r->count = count;
+    r->us = us;
+    r->algbw = (double)bytes / (us * 1e3);
+    r->busbw = r->algbw * pc_busbw_factor(c, r->nranks);
+    r->wrong = wrong;
+    r->model_us = pc_model_us(c, a, r->nranks, bytes, r->link->alpha_s, r->link->bw_Bps);
+}
+
 void pc_print_row(pc_out_t *out, const pc_row_t *r)
 {
     const double eff = pc_eff(r->model_us, r->us);

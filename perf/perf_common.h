@@ -287,6 +287,11 @@ typedef struct {
                         runs, mpi_allreduce): not printed, so their format stays as it was */
 } pc_row_t;
 
+/* The measured fields of r for one size of collective c: bytes, count, us, algbw = bytes / us,
+ * busbw = algbw * pc_busbw_factor(c, r->nranks), wrong, and model_us, the model of algorithm a
+ * on r->link (which must be set). The rest of r (names, ranks, link) stays as the caller set it. */
+void pc_row_measured(pc_row_t *r, pc_coll_t c, pc_algo_t a, size_t bytes, size_t count, double us, long long wrong);
+
 /* Output state: the format, and rows printed so far (JSON separators). */
 typedef struct {
     pc_fmt_t fmt;

@@ -1047,7 +1047,6 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
     const ring_op_t rop = ring_ops[o->pc.op];
     const int has_op = o->coll == PC_COLL_ALLREDUCE || o->coll == PC_COLL_REDUCE_SCATTER;
     const int inplace = o->pc.inplace;
-    const double busfac = pc_busbw_factor(o->coll, n);
     const pc_gen_t *gen = sw->gen;
     unsigned char *sbuf = sw->sbuf, *rbuf = sw->rbuf;
     pc_row_t row = {.coll = pc_coll_name(o->coll),
@@ -1115,8 +1114,6 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                 const pc_algo_t ran = algo == PC_ALGO_PS ? PC_ALGO_PS : lib_algo(o->coll, bytes);
                 CALL("ring_barrier", ring_barrier(g_comm));
                 double us = timed_loop(&c, o->pc.warmup, o->pc.iters, sw->times);
-                double algbw = (double)bytes / (us * 1e3);
-                double busbw = algbw * busfac;
 
                 long long wrong = -1;
                 if (o->pc.check) {
@@ -1217,17 +1214,11 @@ static long long sweep(const sweep_t *sw, pc_algo_t algo)
                     wrong = (long long)w64;
                     wrong_total += wrong;
                 }
-                row.bytes = bytes;
-                row.count = count;
-                row.us = us;
-                row.algbw = algbw;
-                row.busbw = busbw;
-                row.wrong = wrong;
+                pc_row_measured(&row, o->coll, ran, bytes, count, us, wrong);
                 row.algo = pc_algo_name(ran);
-                row.model_us = pc_model_us(o->coll, ran, n, bytes, sw->link->alpha_s, sw->link->bw_Bps);
                 if (is_root) pc_print_row(sw->out, &row);
-                if (sw->rows) rows_add(sw->rows, bytes, busbw);
-                bw_sum += busbw;
+                if (sw->rows) rows_add(sw->rows, bytes, row.busbw);
+                bw_sum += row.busbw;
                 rows++;
             }
             if (!pc_next_size(&size, o->pc.factor, o->pc.incr)) break;

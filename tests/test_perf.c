@@ -127,6 +127,34 @@ Test(perf, eff_and_units)
     for (int c = 0; c < PC_COLL_COUNT; c++) cr_expect_not_null(pc_model_formula((pc_coll_t)c, PC_ALGO_RING));
 }
 
+Test(perf, row_measured)
+{
+    /* 4 ranks, 1 MB in 1000 us: algbw 1 GB/s; allreduce busbw 1.5 GB/s; ring model at 10 us and
+     * 1 GB/s: 2*3*10 + 1.5 * 1e6 B / 1e9 B/s = 60 + 1500 us. The names and the link stay. */
+    pc_link_t link = {10e-6, 1e9, "a", "b"};
+    pc_row_t r = {.coll = "allreduce", .algo = "mpi", .nranks = 4, .root = -1, .link = &link};
+    pc_row_measured(&r, PC_COLL_ALLREDUCE, PC_ALGO_RING, 1000000, 250000, 1000, 7);
+    cr_expect_eq(r.bytes, 1000000);
+    cr_expect_eq(r.count, 250000);
+    cr_expect(NEAR(r.us, 1000));
+    cr_expect(NEAR(r.algbw, 1.0));
+    cr_expect(NEAR(r.busbw, 1.5));
+    cr_expect_eq(r.wrong, 7);
+    cr_expect(NEAR(r.model_us, 1560));
+    cr_expect_str_eq(r.algo, "mpi");
+    cr_expect_eq(r.link, &link);
+    /* allgather: busbw (n-1)/n; the parameter server's model 2(n-1)(alpha + S/B) = 6 * 1010 us;
+     * no link bandwidth: no model. */
+    pc_row_measured(&r, PC_COLL_ALLGATHER, PC_ALGO_RING, 1000000, 250000, 1000, -1);
+    cr_expect(NEAR(r.busbw, 0.75));
+    cr_expect_eq(r.wrong, -1);
+    pc_row_measured(&r, PC_COLL_ALLREDUCE, PC_ALGO_PS, 1000000, 250000, 1000, 0);
+    cr_expect(NEAR(r.model_us, 6060));
+    link.bw_Bps = -1;
+    pc_row_measured(&r, PC_COLL_ALLREDUCE, PC_ALGO_RING, 1000000, 250000, 1000, 0);
+    cr_expect_eq(r.model_us, -1);
+}
+
 Test(perf, collective_names)
 {
     pc_coll_t c = PC_COLL_BARRIER;

@@ -104,7 +104,6 @@ int pc_baseline_run(const pc_baseline_t *b, const pc_opts_t *o, int argc, char *
     }
     if (is_root) header(b, o, &link, argc, argv);
 
-    const double busfac = pc_busbw_factor(PC_COLL_ALLREDUCE, n);
     const pc_gen_t gen = pc_gen(pc_gen_kind(op), t, n);
     const size_t maxcount = o->maxb / sz;
     unsigned char *sbuf = alloc_buf(b, maxcount * sz), *rbuf = alloc_buf(b, inplace ? 0 : maxcount * sz);
@@ -144,7 +143,6 @@ int pc_baseline_run(const pc_baseline_t *b, const pc_opts_t *o, int argc, char *
             }
             b->max_doubles(b->ctx, times, iters);
             double us = pc_median(times, iters);
-            double algbw = (double)bytes / (us * 1e3), busbw = algbw * busfac;
             long long wrong = -1;
             if (o->check) {
                 pc_fill(sbuf, count, t, &gen, b->rank, 0);
@@ -155,15 +153,9 @@ int pc_baseline_run(const pc_baseline_t *b, const pc_opts_t *o, int argc, char *
                 wrong = b->sum_ll(b->ctx, check(b, r, count, t, op, &gen));
                 wrong_total += wrong;
             }
-            row.bytes = bytes;
-            row.count = count;
-            row.us = us;
-            row.algbw = algbw;
-            row.busbw = busbw;
-            row.wrong = wrong;
-            row.model_us = pc_model_us(PC_COLL_ALLREDUCE, PC_ALGO_RING, n, bytes, link.alpha_s, link.bw_Bps);
+            pc_row_measured(&row, PC_COLL_ALLREDUCE, PC_ALGO_RING, bytes, count, us, wrong);
             if (is_root) pc_print_row(&out, &row);
-            bw_sum += busbw;
+            bw_sum += row.busbw;
             rows++;
         }
         if (!pc_next_size(&size, o->factor, o->incr)) break;

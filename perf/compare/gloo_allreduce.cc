@@ -44,12 +44,16 @@
 
 namespace {
 
-int g_rank = 0, g_nranks = 1;
-std::shared_ptr<gloo::rendezvous::Context> g_ctx;
-uint32_t g_tag = 0;
-pc_dtype_t g_type;
-gloo::AllreduceOptions::Func g_fn;
-gloo::AllreduceOptions::Algorithm g_algo = gloo::AllreduceOptions::Algorithm::RING;
+/* The rank's Gloo state, behind pc_baseline_t.ctx: the context, the next tag (every collective
+ * on a context takes a new one, as in ProcessGroupGloo), and what the sweep's all-reduces use. */
+struct Sweep {
+    int rank = 0, nranks = 1;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    uint32_t tag = 0;
+    pc_dtype_t type = PC_FLOAT32;
+    gloo::AllreduceOptions::Func fn;
+    gloo::AllreduceOptions::Algorithm algo = gloo::AllreduceOptions::Algorithm::RING;
+};
 
 /* The check's expected values wrap through uint64 for integers (perf_common): the integer
  * reductions compute in the unsigned type of the same width, where wrapping is defined. */
@@ -115,77 +119,81 @@ gloo::AllreduceOptions::Func reduce_fn(pc_dtype_t t, pc_op_t op)
 /* One all-reduce of count elements of type T; in place when s is NULL. Typed, as Gloo cuts its
  * segments at whole elements of the size the buffers were given with. */
 template <typename T>
-void call_t(const void *s, void *r, size_t count, const gloo::AllreduceOptions::Func &fn,
+void call_t(Sweep &w, const void *s, void *r, size_t count, const gloo::AllreduceOptions::Func &fn,
             gloo::AllreduceOptions::Algorithm algo)
 {
-    gloo::AllreduceOptions opts(g_ctx);
+    gloo::AllreduceOptions opts(w.ctx);
     if (s) opts.setInput<T>(static_cast<T *>(const_cast<void *>(s)), count);
     opts.setOutput<T>(static_cast<T *>(r), count);
     opts.setReduceFunction(fn);
     opts.setAlgorithm(algo);
-    opts.setTag(g_tag++);
+    opts.setTag(w.tag++);
     gloo::allreduce(opts);
 }
 
 /* The callbacks of baseline.c, which is C: a C++ exception must not unwind through its frames,
  * so each one ends the process on an exception instead (as MPI_Abort does for mpi_allreduce). */
-[[noreturn]] void fail(const std::exception &e)
+[[noreturn]] void fail(const Sweep &w, const std::exception &e)
 {
-    fprintf(stderr, "gloo_allreduce: rank %d: %s\n", g_rank, e.what());
+    fprintf(stderr, "gloo_allreduce: rank %d: %s\n", w.rank, e.what());
     fflush(stdout);
     _exit(2);
 }
 
-extern "C" void cb_allreduce(void *, const void *s, void *r, size_t count)
+extern "C" void cb_allreduce(void *ctx, const void *s, void *r, size_t count)
 {
+    Sweep &w = *static_cast<Sweep *>(ctx);
     try {
-        switch (g_type) {
-        case PC_INT8: call_t<int8_t>(s, r, count, g_fn, g_algo); break;
-        case PC_UINT8: call_t<uint8_t>(s, r, count, g_fn, g_algo); break;
-        case PC_INT32: call_t<int32_t>(s, r, count, g_fn, g_algo); break;
-        case PC_UINT32: call_t<uint32_t>(s, r, count, g_fn, g_algo); break;
-        case PC_INT64: call_t<int64_t>(s, r, count, g_fn, g_algo); break;
-        case PC_UINT64: call_t<uint64_t>(s, r, count, g_fn, g_algo); break;
-        case PC_FLOAT32: call_t<float>(s, r, count, g_fn, g_algo); break;
-        default: call_t<double>(s, r, count, g_fn, g_algo); break;
+        switch (w.type) {
+        case PC_INT8: call_t<int8_t>(w, s, r, count, w.fn, w.algo); break;
+        case PC_UINT8: call_t<uint8_t>(w, s, r, count, w.fn, w.algo); break;
+        case PC_INT32: call_t<int32_t>(w, s, r, count, w.fn, w.algo); break;
+        case PC_UINT32: call_t<uint32_t>(w, s, r, count, w.fn, w.algo); break;
+        case PC_INT64: call_t<int64_t>(w, s, r, count, w.fn, w.algo); break;
+        case PC_UINT64: call_t<uint64_t>(w, s, r, count, w.fn, w.algo); break;
+        case PC_FLOAT32: call_t<float>(w, s, r, count, w.fn, w.algo); break;
+        default: call_t<double>(w, s, r, count, w.fn, w.algo); break;
         }
     } catch (const std::exception &e) {
-        fail(e);
+        fail(w, e);
     }
 }
 
-void barrier()
+void barrier(Sweep &w)
 {
-    gloo::BarrierOptions opts(g_ctx);
-    opts.setTag(g_tag++);
+    gloo::BarrierOptions opts(w.ctx);
+    opts.setTag(w.tag++);
     gloo::barrier(opts);
 }
 
-extern "C" void cb_barrier(void *)
+extern "C" void cb_barrier(void *ctx)
 {
+    Sweep &w = *static_cast<Sweep *>(ctx);
     try {
-        barrier();
+        barrier(w);
     } catch (const std::exception &e) {
-        fail(e);
+        fail(w, e);
     }
 }
 
-extern "C" void cb_max_doubles(void *, double *v, int n)
+extern "C" void cb_max_doubles(void *ctx, double *v, int n)
 {
+    Sweep &w = *static_cast<Sweep *>(ctx);
     try {
-        call_t<double>(nullptr, v, (size_t)n, red_max<double>, gloo::AllreduceOptions::Algorithm::RING);
+        call_t<double>(w, nullptr, v, (size_t)n, red_max<double>, gloo::AllreduceOptions::Algorithm::RING);
     } catch (const std::exception &e) {
-        fail(e);
+        fail(w, e);
     }
 }
 
-extern "C" long long cb_sum_ll(void *, long long v)
+extern "C" long long cb_sum_ll(void *ctx, long long v)
 {
+    Sweep &w = *static_cast<Sweep *>(ctx);
     int64_t x = v;
     try {
-        call_t<int64_t>(nullptr, &x, 1, red_sum<int64_t>, gloo::AllreduceOptions::Algorithm::RING);
+        call_t<int64_t>(w, nullptr, &x, 1, red_sum<int64_t>, gloo::AllreduceOptions::Algorithm::RING);
     } catch (const std::exception &e) {
-        fail(e);
+        fail(w, e);
     }
     return x;
 }
@@ -213,9 +221,9 @@ void usage(FILE *f, const char *argv0)
             argv0);
 }
 
-[[noreturn]] void bad_arg(const char *argv0, const char *msg, const char *val)
+[[noreturn]] void bad_arg(int rank, const char *argv0, const char *msg, const char *val)
 {
-    if (g_rank == 0) {
+    if (rank == 0) {
         if (val) fprintf(stderr, "gloo_allreduce: %s: '%s'\n", msg, val);
         else fprintf(stderr, "gloo_allreduce: %s\n", msg);
         usage(stderr, argv0);
@@ -231,13 +239,13 @@ int env_int(const char *a, const char *b, int lo, int *out)
     return pc_parse_int(s, lo, 1 << 20, out) == 0 ? 1 : -1;
 }
 
-int run(int argc, char **argv)
+int run(Sweep &w, int argc, char **argv)
 {
     pc_opts_t o;
     pc_opts_init(&o, 0, PC_AVG); /* no fp16/bf16, no avg: as mpi_allreduce */
 
-    if (env_int("RING_RANK", "RANK", 0, &g_rank) != 1 || env_int("RING_NRANKS", "WORLD_SIZE", 1, &g_nranks) != 1 ||
-        g_rank >= g_nranks) {
+    if (env_int("RING_RANK", "RANK", 0, &w.rank) != 1 || env_int("RING_NRANKS", "WORLD_SIZE", 1, &w.nranks) != 1 ||
+        w.rank >= w.nranks) {
         fprintf(stderr, "gloo_allreduce: needs RING_RANK and RING_NRANKS (ringrun) or RANK and WORLD_SIZE, "
                         "0 <= rank < nranks\n");
         return 2;
@@ -255,7 +263,7 @@ int run(int argc, char **argv)
     const char *err;
     while ((ch = getopt_long(argc, argv, "A:b:e:f:i:n:w:c:d:o:I:h", longopts, nullptr)) != -1) {
         if (ch == 'h') {
-            if (g_rank == 0) usage(stdout, argv[0]);
+            if (w.rank == 0) usage(stdout, argv[0]);
             return 0;
         }
         if (ch == OPT_STORE) {
@@ -265,21 +273,21 @@ int run(int argc, char **argv)
         if (ch == 'A') {
             if (!strcmp(optarg, "ring")) algo = gloo::AllreduceOptions::Algorithm::RING;
             else if (!strcmp(optarg, "bcube")) algo = gloo::AllreduceOptions::Algorithm::BCUBE;
-            else bad_arg(argv[0], "-A takes ring or bcube", optarg);
+            else bad_arg(w.rank, argv[0], "-A takes ring or bcube", optarg);
             algo_name = optarg;
             continue;
         }
         switch (pc_parse_opt(&o, ch, optarg, &err)) {
         case 1: break;
-        case -1: bad_arg(argv[0], err, optarg);
+        case -1: bad_arg(w.rank, argv[0], err, optarg);
         default:
-            if (g_rank == 0) usage(stderr, argv[0]);
+            if (w.rank == 0) usage(stderr, argv[0]);
             return 2;
         }
     }
-    if (optind < argc) bad_arg(argv[0], "unexpected argument", argv[optind]);
-    if (!store) bad_arg(argv[0], "--store DIR is required", nullptr);
-    if (o.minb > o.maxb) bad_arg(argv[0], "-b is larger than -e", nullptr);
+    if (optind < argc) bad_arg(w.rank, argv[0], "unexpected argument", argv[optind]);
+    if (!store) bad_arg(w.rank, argv[0], "--store DIR is required", nullptr);
+    if (o.minb > o.maxb) bad_arg(w.rank, argv[0], "-b is larger than -e", nullptr);
 
     const char *ifname = getenv("GLOO_SOCKET_IFNAME");
     if (!ifname || !*ifname) ifname = getenv("RING_SOCKET_IFNAME");
@@ -289,14 +297,14 @@ int run(int argc, char **argv)
     attr.ai_family = AF_INET;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore fs(store);
-    g_ctx = std::make_shared<gloo::rendezvous::Context>(g_rank, g_nranks);
+    w.ctx = std::make_shared<gloo::rendezvous::Context>(w.rank, w.nranks);
     /* Large sizes on the 1 Gbit/s bed take seconds per call; Gloo's default is 30 s. */
-    g_ctx->setTimeout(std::chrono::seconds(300));
-    g_ctx->connectFullMesh(fs, dev);
+    w.ctx->setTimeout(std::chrono::seconds(300));
+    w.ctx->connectFullMesh(fs, dev);
 
-    g_type = o.dtype;
-    g_fn = reduce_fn(o.dtype, o.op);
-    g_algo = algo;
+    w.type = o.dtype;
+    w.fn = reduce_fn(o.dtype, o.op);
+    w.algo = algo;
     const std::string lib = std::string("Gloo (Debian libgloo 0.0~git20220518), TCP on ") + ifname + ", algorithm " +
                             algo_name;
     const std::string title = std::string("gloo::allreduce (") + algo_name + ")";
@@ -307,8 +315,9 @@ int run(int argc, char **argv)
     b.title = title.c_str();
     b.algo = "gloo";
     b.env = env;
-    b.rank = g_rank;
-    b.nranks = g_nranks;
+    b.rank = w.rank;
+    b.nranks = w.nranks;
+    b.ctx = &w;
     b.allreduce = cb_allreduce;
     b.barrier = cb_barrier;
     b.max_doubles = cb_max_doubles;
@@ -317,8 +326,8 @@ int run(int argc, char **argv)
     int rc = pc_baseline_run(&b, &o, argc, argv);
     /* Gloo closes a pair when its peer's process ends: a last barrier keeps a fast rank from
      * leaving while a slow one still reads its final result. */
-    barrier();
-    g_ctx.reset();
+    barrier(w);
+    w.ctx.reset();
     return rc;
 }
 
@@ -326,10 +335,11 @@ int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    Sweep w;
     try {
-        return run(argc, argv);
+        return run(w, argc, argv);
     } catch (const std::exception &e) {
-        fprintf(stderr, "gloo_allreduce: rank %d: %s\n", g_rank, e.what());
+        fprintf(stderr, "gloo_allreduce: rank %d: %s\n", w.rank, e.what());
         return 2;
     }
 }

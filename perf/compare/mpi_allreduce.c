@@ -25,9 +25,12 @@
 
 #include "baseline.h"
 
-static int g_rank, g_nranks;
-static pc_dtype_t g_type;
-static pc_op_t g_op;
+/* What every all-reduce of the sweep needs, behind pc_baseline_t.ctx. */
+typedef struct {
+    int rank;
+    MPI_Datatype type;
+    MPI_Op op;
+} sweep_t;
 
 static MPI_Datatype mpi_type(pc_dtype_t t)
 {
@@ -66,9 +69,9 @@ static void usage(FILE *f, const char *argv0)
             argv0);
 }
 
-static void bad_arg(const char *argv0, const char *msg, const char *val)
+static void bad_arg(int rank, const char *argv0, const char *msg, const char *val)
 {
-    if (g_rank == 0) {
+    if (rank == 0) {
         if (val) fprintf(stderr, "mpi_allreduce: %s: '%s'\n", msg, val);
         else fprintf(stderr, "mpi_allreduce: %s\n", msg);
         usage(stderr, argv0);
@@ -84,13 +87,13 @@ static void bad_arg(const char *argv0, const char *msg, const char *val)
  * "--mca op ^avx". */
 static void call(void *ctx, const void *s, void *r, size_t count)
 {
-    (void)ctx;
-    int rc = MPI_Allreduce(s ? s : MPI_IN_PLACE, r, (int)count, mpi_type(g_type), mpi_op(g_op), MPI_COMM_WORLD);
+    const sweep_t *w = ctx;
+    int rc = MPI_Allreduce(s ? s : MPI_IN_PLACE, r, (int)count, w->type, w->op, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
-        fprintf(stderr, "mpi_allreduce: rank %d: MPI_Allreduce failed: %s\n", g_rank, msg);
+        fprintf(stderr, "mpi_allreduce: rank %d: MPI_Allreduce failed: %s\n", w->rank, msg);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
 }
@@ -125,9 +128,10 @@ int main(int argc, char **argv)
     pc_opts_t o;
     pc_opts_init(&o, 0, PC_AVG); /* no fp16/bf16, no avg */
 
+    int rank = 0, nranks = 1;
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_nranks);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
     static const struct option longopts[] = {PC_LONGOPTS_OUTPUT,
@@ -137,25 +141,24 @@ int main(int argc, char **argv)
     const char *err;
     while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:I:h", longopts, NULL)) != -1) {
         if (ch == 'h') {
-            if (g_rank == 0) usage(stdout, argv[0]);
+            if (rank == 0) usage(stdout, argv[0]);
             MPI_Finalize();
             return 0;
         }
         switch (pc_parse_opt(&o, ch, optarg, &err)) {
         case 1: break;
-        case -1: bad_arg(argv[0], err, optarg); break;
+        case -1: bad_arg(rank, argv[0], err, optarg); break;
         default:
-            if (g_rank == 0) usage(stderr, argv[0]);
+            if (rank == 0) usage(stderr, argv[0]);
             MPI_Finalize();
             return 2;
         }
     }
-    if (optind < argc) bad_arg(argv[0], "unexpected argument", argv[optind]);
-    if (o.minb > o.maxb) bad_arg(argv[0], "-b is larger than -e", NULL);
+    if (optind < argc) bad_arg(rank, argv[0], "unexpected argument", argv[optind]);
+    if (o.minb > o.maxb) bad_arg(rank, argv[0], "-b is larger than -e", NULL);
 
-    g_type = o.dtype;
-    g_op = o.op;
-    if (o.maxb / pc_dtype_size(o.dtype) > (size_t)INT32_MAX) bad_arg(argv[0], "-e too large for an int count", NULL);
+    sweep_t w = {.rank = rank, .type = mpi_type(o.dtype), .op = mpi_op(o.op)};
+    if (o.maxb / pc_dtype_size(o.dtype) > (size_t)INT32_MAX) bad_arg(rank, argv[0], "-e too large for an int count", NULL);
     char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "?";
     int len = 0;
     MPI_Get_library_version(lib, &len);
@@ -169,8 +172,9 @@ int main(int argc, char **argv)
                              .title = "MPI_Allreduce",
                              .algo = "mpi",
                              .env = knobs,
-                             .rank = g_rank,
-                             .nranks = g_nranks,
+                             .rank = rank,
+                             .nranks = nranks,
+                             .ctx = &w,
                              .allreduce = call,
                              .barrier = barrier,
                              .max_doubles = max_doubles,
