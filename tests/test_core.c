@@ -1252,6 +1252,32 @@ Test(desc, a_descriptor_no_rank_builds_is_garbage_and_a_mismatch_names_the_diffe
     free(c);
 }
 
+/* A message in the descriptor's place that is not one (a flip in its magic, another
+ * program's bytes): garbage naming the sender, never a mismatch read out of foreign fields. */
+Test(desc, a_message_without_the_descriptor_magic_is_garbage_from_the_sender)
+{
+    ring_comm_t *c = calloc(1, sizeof *c); /* enough of one for the error path */
+    cr_assert_not_null(c);
+    pthread_mutex_init(&c->err_mu, NULL);
+    c->nranks = 4;
+    const ring__opdesc_t call = {.coll = RING__COLL_BARRIER, .seq = 4};
+    unsigned char mine[RING__DESC_LEN], theirs[RING__DESC_LEN];
+    ring__desc_build(mine, &call, RING__ALGO_RING);
+    for (int off = 0; off < 4; off++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(theirs, mine, sizeof theirs);
+            theirs[off] ^= (unsigned char)(1u << bit);
+            cr_assert_eq(ring__desc_check(c, mine, theirs, "left neighbour", "rank 1"), RING_ERR_PROTOCOL,
+                         "byte %d bit %d", off, bit);
+            cr_assert(strstr(c->errmsg, "garbage from rank 1 where a collective descriptor was expected"), "%s",
+                      c->errmsg);
+        }
+    memset(theirs, 0, sizeof theirs);
+    cr_assert_eq(ring__desc_check(c, mine, theirs, "left neighbour", "rank 1"), RING_ERR_PROTOCOL, "zeros");
+    pthread_mutex_destroy(&c->err_mu);
+    free(c);
+}
+
 /* ---- errors ----------------------------------------------------------------------------- */
 
 Test(errors, every_code_has_a_name_and_text)

@@ -2123,16 +2123,23 @@ Test(timeout, over_shared_memory_says_whether_the_peer_does_not_read_or_sends_no
     timeouts_say("shm", cases, sizeof cases / sizeof *cases);
 }
 
+/* TCP with 16 KiB socket buffers and 64 KiB chunks, so that a send a peer does not take stays
+ * unfinished in the sender instead of in the kernel. */
+static void tcp_small_sockbufs(void)
+{
+    clear_env();
+    setenv("RING_TRANSPORT", "tcp", 1);
+    setenv("RING_SOCKBUF_BYTES", "16K", 1);
+    setenv("RING_CHUNK_BYTES", "64K", 1);
+}
+
 /* Before its left neighbour's descriptor, a rank whose own segments its right neighbour does
  * not take names both: 3 ranks over TCP with 16 KiB socket buffers (so that a send stays
  * unfinished in this rank), only rank 1 calls a 16 MiB-per-rank all-gather: rank 0 never sends
  * and rank 2 never reads. It used to name rank 0 alone. */
 Test(timeout, before_the_left_descriptor_a_right_neighbour_that_does_not_take_is_named, .timeout = 60)
 {
-    clear_env();
-    setenv("RING_TRANSPORT", "tcp", 1);
-    setenv("RING_SOCKBUF_BYTES", "16K", 1);
-    setenv("RING_CHUNK_BYTES", "64K", 1);
+    tcp_small_sockbufs();
     ring_comm_t *c[3];
     group_init(c, 3, 1500);
     call_t k = {.comm = c[1], .kind = K_ALLGATHER, .count = (size_t)4 << 20, .dt = RING_FLOAT32};
@@ -2142,6 +2149,36 @@ Test(timeout, before_the_left_descriptor_a_right_neighbour_that_does_not_take_is
     cr_assert(strstr(k.msg, "waiting for rank 0 (") && strstr(k.msg, "to enter the collective and for rank 2 (") &&
                   strstr(k.msg, "to take message 1 of"),
               "%s", k.msg);
+    group_destroy(c, 3);
+    clear_env();
+}
+
+/* A broadcast's root receives nothing: once its left neighbour's descriptor is in, all it has
+ * left is sending, and a right neighbour that never calls must be named as the one that does
+ * not take. 3 ranks over TCP with 16 KiB socket buffers; rank 1 never makes the call. Rank 2
+ * (which waits for rank 1's data) has a longer timeout, so that the failure is rank 0's and not
+ * one relayed from rank 2. */
+Test(timeout, a_broadcast_root_names_the_right_neighbour_that_does_not_take, .timeout = 60)
+{
+    tcp_small_sockbufs();
+    ring_comm_t *c[3];
+    init_arg a[3];
+    const int port = free_port(), tmo[3] = {1500, 20000, 20000};
+    for (int r = 0; r < 3; r++) init_start(&a[r], 3, r, port, tmo[r], NULL);
+    for (int r = 0; r < 3; r++) pthread_join(a[r].t, NULL);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(a[r].rc, RING_OK, "rank %d: init: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
+        c[r] = a[r].comm;
+    }
+    call_t k[2] = {{.comm = c[0], .kind = K_BROADCAST, .count = (size_t)1 << 20, .dt = RING_FLOAT32, .root = 0},
+                   {.comm = c[2], .kind = K_BROADCAST, .count = (size_t)1 << 20, .dt = RING_FLOAT32, .root = 0}};
+    run_calls(k, 2);
+    cr_log_info("rank 0: %s", k[0].msg);
+    cr_assert_eq(k[0].rc, RING_ERR_TIMEOUT, "%s: %s", ring_result_name(k[0].rc), k[0].msg);
+    cr_assert(strstr(k[0].msg, "broadcast") && strstr(k[0].msg, "while sending message ") &&
+                  strstr(k[0].msg, " to rank 1 ("),
+              "%s", k[0].msg);
+    cr_assert_neq(k[1].rc, RING_OK, "rank 2 cannot finish without rank 1");
     group_destroy(c, 3);
     clear_env();
 }
