@@ -301,16 +301,24 @@ static void inits_run(init_arg *a, int n)
 }
 
 /* n ranks of one job; asserts that every one joined. */
-static void group_init(ring_comm_t **c, int n, int timeout_ms)
+/* n ranks of one job, rank r with timeout tmo[r]. */
+static void group_init_each(ring_comm_t **c, int n, const int *tmo)
 {
     init_arg a[MAXR];
     int port = free_port();
-    for (int r = 0; r < n; r++) init_start(&a[r], n, r, port, timeout_ms, NULL);
+    for (int r = 0; r < n; r++) init_start(&a[r], n, r, port, tmo[r], NULL);
     for (int r = 0; r < n; r++) pthread_join(a[r].t, NULL);
     for (int r = 0; r < n; r++) {
         cr_assert_eq(a[r].rc, RING_OK, "rank %d of %d: init: %s: %s", r, n, ring_result_name(a[r].rc), a[r].msg);
         c[r] = a[r].comm;
     }
+}
+
+static void group_init(ring_comm_t **c, int n, int timeout_ms)
+{
+    int tmo[MAXR];
+    for (int r = 0; r < n; r++) tmo[r] = timeout_ms;
+    group_init_each(c, n, tmo);
 }
 
 static void group_destroy(ring_comm_t **c, int n)
@@ -2162,14 +2170,8 @@ Test(timeout, a_broadcast_root_names_the_right_neighbour_that_does_not_take, .ti
 {
     tcp_small_sockbufs();
     ring_comm_t *c[3];
-    init_arg a[3];
-    const int port = free_port(), tmo[3] = {1500, 20000, 20000};
-    for (int r = 0; r < 3; r++) init_start(&a[r], 3, r, port, tmo[r], NULL);
-    for (int r = 0; r < 3; r++) pthread_join(a[r].t, NULL);
-    for (int r = 0; r < 3; r++) {
-        cr_assert_eq(a[r].rc, RING_OK, "rank %d: init: %s: %s", r, ring_result_name(a[r].rc), a[r].msg);
-        c[r] = a[r].comm;
-    }
+    const int tmo[3] = {1500, 20000, 20000};
+    group_init_each(c, 3, tmo);
     call_t k[2] = {{.comm = c[0], .kind = K_BROADCAST, .count = (size_t)1 << 20, .dt = RING_FLOAT32, .root = 0},
                    {.comm = c[2], .kind = K_BROADCAST, .count = (size_t)1 << 20, .dt = RING_FLOAT32, .root = 0}};
     run_calls(k, 2);
